@@ -1,0 +1,12 @@
+//! Pippin: an AFM-style on-device language model runtime for WebGPU.
+//! See `DESIGN.md` in the shared folder for the map of modules.
+
+pub mod engine;
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod quant;
+pub mod sampler;
+pub mod tokenizer;
+
+pub use error::{Error, Result};

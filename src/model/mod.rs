@@ -1,0 +1,21 @@
+//! The model: its configuration, the tensors it needs, and the CPU reference forward.
+
+mod config;
+pub mod reference;
+pub mod weights;
+
+pub use config::{Arch, Config, RopeStyle};
+pub use reference::{KvCache, Reference};
+pub use weights::Weights;
+
+use crate::error::Result;
+use crate::gguf::Gguf;
+use std::path::Path;
+
+/// Loads a GGUF file into the CPU reference model.
+pub fn load_reference(path: &Path) -> Result<(Gguf, Reference)> {
+    let (gguf, file) = Gguf::open(path)?;
+    let config = Config::from_gguf(&gguf)?;
+    let weights = Weights::load(&gguf, &config, &mut std::io::BufReader::new(file))?;
+    Ok((gguf, Reference::new(config, weights)))
+}

@@ -1,0 +1,297 @@
+//! The whole forward pass in plain f32 Rust on the CPU: the ground truth for every GPU
+//! kernel and for the engine. Clear over clever; matmuls run on all cores.
+
+use super::config::{Config, RopeStyle};
+use super::weights::{Layer, Weights};
+use crate::error::{Error, Result};
+use rayon::prelude::*;
+
+/// Keys and values of every position seen so far, per layer, `[pos][kv_dim]` flattened.
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+    pub len: usize,
+}
+
+impl KvCache {
+    pub fn new(c: &Config) -> Self {
+        KvCache {
+            k: vec![Vec::new(); c.n_layers],
+            v: vec![Vec::new(); c.n_layers],
+            len: 0,
+        }
+    }
+    /// Forgets positions from `len` on (to rewind a conversation).
+    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+        self.len = self.len.min(len);
+        for l in self.k.iter_mut().chain(self.v.iter_mut()) {
+            l.truncate(self.len * kv_dim);
+        }
+    }
+}
+
+pub struct Reference {
+    pub config: Config,
+    pub weights: Weights,
+}
+
+impl Reference {
+    pub fn new(config: Config, weights: Weights) -> Self {
+        Reference { config, weights }
+    }
+
+    /// Runs `tokens` at positions `cache.len..`, appending to the cache. Returns the
+    /// logits of every position when `all_logits`, else of the last one only.
+    pub fn forward(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<f32>> {
+        let c = &self.config;
+        if tokens.is_empty() {
+            return Err(Error::invalid("no tokens to run"));
+        }
+        if cache.len + tokens.len() > c.context_length {
+            return Err(Error::invalid(format!(
+                "{} tokens do not fit in the context of {} ({} already used)",
+                tokens.len(),
+                c.context_length,
+                cache.len
+            )));
+        }
+        let mut x = embed(&self.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        for (l, layer) in self.weights.layers.iter().enumerate() {
+            self.attention_block(layer, &mut x, cache, l);
+            self.ffn_block(layer, &mut x);
+        }
+        cache.len += tokens.len();
+        let last = if all_logits {
+            &x[..]
+        } else {
+            &x[(tokens.len() - 1) * c.hidden..]
+        };
+        let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
+        Ok(matmul(&h, self.weights.head(), c.hidden))
+    }
+
+    fn attention_block(&self, w: &Layer, x: &mut [f32], cache: &mut KvCache, l: usize) {
+        let c = &self.config;
+        let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
+        let mut q = matmul(&h, &w.wq, c.hidden);
+        let mut k = matmul(&h, &w.wk, c.hidden);
+        let v = matmul(&h, &w.wv, c.hidden);
+        if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
+            q = rmsnorm(&q, qn, c.rms_eps);
+            k = rmsnorm(&k, kn, c.rms_eps);
+        }
+        let freqs = rope_freqs(c, self.weights.rope_freqs.as_deref());
+        rope(
+            &mut q,
+            c.q_dim(),
+            c.head_dim,
+            c.rope_style,
+            &freqs,
+            cache.len,
+        );
+        rope(
+            &mut k,
+            c.kv_dim(),
+            c.head_dim,
+            c.rope_style,
+            &freqs,
+            cache.len,
+        );
+        cache.k[l].extend_from_slice(&k);
+        cache.v[l].extend_from_slice(&v);
+        let shape = AttnShape {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        };
+        let kv_len = cache.k[l].len() / c.kv_dim();
+        let o = attention(&q, &cache.k[l], &cache.v[l], kv_len, shape);
+        add_in_place(x, &matmul(&o, &w.wo, c.q_dim()));
+    }
+
+    fn ffn_block(&self, w: &Layer, x: &mut [f32]) {
+        let c = &self.config;
+        let h = rmsnorm(x, &w.ffn_norm, c.rms_eps);
+        let gate = matmul(&h, &w.w_gate, c.hidden);
+        let up = matmul(&h, &w.w_up, c.hidden);
+        add_in_place(x, &matmul(&swiglu(&gate, &up), &w.w_down, c.ffn_dim));
+    }
+}
+
+/// Rows of the embedding table for `tokens`.
+pub fn embed(table: &[f32], hidden: usize, vocab: usize, tokens: &[u32]) -> Result<Vec<f32>> {
+    let mut x = Vec::with_capacity(tokens.len() * hidden);
+    for &t in tokens {
+        if t as usize >= vocab {
+            return Err(Error::invalid(format!(
+                "token id {t} is outside the vocabulary of {vocab}"
+            )));
+        }
+        x.extend_from_slice(&table[t as usize * hidden..][..hidden]);
+    }
+    Ok(x)
+}
+
+/// RMSNorm of each `weight.len()`-long row of `x` (also per-head QK norm).
+pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
+    let n = weight.len();
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(n) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        let scale = 1.0 / (ms + eps).sqrt();
+        out.extend(row.iter().zip(weight).map(|(v, w)| v * scale * w));
+    }
+    out
+}
+
+/// The inverse frequency of each rotated pair: base^(-2i/d), divided by Llama 3's
+/// per-frequency factors when the model has them.
+pub fn rope_freqs(c: &Config, factors: Option<&[f32]>) -> Vec<f32> {
+    (0..c.rope_dim / 2)
+        .map(|i| {
+            let f = c.rope_theta.powf(-2.0 * i as f32 / c.rope_dim as f32);
+            f / factors.map_or(1.0, |fs| fs[i])
+        })
+        .collect()
+}
+
+/// Rotates every head of `x` (`[tokens][n_heads * head_dim]`); row t is at position
+/// `pos0 + t`. Dimensions past `rope_dim` in each head are left as they are.
+pub fn rope(
+    x: &mut [f32],
+    row_len: usize,
+    head_dim: usize,
+    style: RopeStyle,
+    freqs: &[f32],
+    pos0: usize,
+) {
+    let half = freqs.len();
+    for (t, row) in x.chunks_exact_mut(row_len).enumerate() {
+        let pos = (pos0 + t) as f32;
+        for head in row.chunks_exact_mut(head_dim) {
+            for (i, f) in freqs.iter().enumerate() {
+                let (sin, cos) = (pos * f).sin_cos();
+                let (a, b) = match style {
+                    RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+                    RopeStyle::HalfSplit => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos - x1 * sin;
+                head[b] = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+/// `x` `[tokens][k]` times `w` `[n][k]` transposed: `[tokens][n]`. Parallel over
+/// blocks of output rows so each weight row is read once for all tokens.
+pub fn matmul(x: &[f32], w: &[f32], k: usize) -> Vec<f32> {
+    let t = x.len() / k;
+    let n = w.len() / k;
+    const BLOCK: usize = 64;
+    let blocks: Vec<Vec<f32>> = w
+        .par_chunks(BLOCK * k)
+        .map(|wb| {
+            let rows = wb.len() / k;
+            let mut out = vec![0f32; rows * t];
+            for (r, wr) in wb.chunks_exact(k).enumerate() {
+                for (ti, xr) in x.chunks_exact(k).enumerate() {
+                    out[r * t + ti] = dot(wr, xr);
+                }
+            }
+            out
+        })
+        .collect();
+    let mut y = vec![0f32; t * n];
+    for (b, out) in blocks.iter().enumerate() {
+        let rows = out.len() / t.max(1);
+        for r in 0..rows {
+            for ti in 0..t {
+                y[ti * n + b * BLOCK + r] = out[r * t + ti];
+            }
+        }
+    }
+    y
+}
+
+/// Dot product with eight independent sums, so the compiler can vectorize it.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Causal grouped-query attention of `q` (`[t][n_heads * head_dim]`, the last t of
+/// `kv_len` positions) over cached `k`, `v` (`[kv_len][n_kv_heads * head_dim]`).
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -> Vec<f32> {
+    let (hd, q_dim, kv_dim) = (
+        s.head_dim,
+        s.n_heads * s.head_dim,
+        s.n_kv_heads * s.head_dim,
+    );
+    let t = q.len() / q_dim;
+    let group = s.n_heads / s.n_kv_heads;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
+        let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
+        let qh = &q[ti * q_dim + h * hd..][..hd];
+        let kvh = h / group;
+        let visible = kv_len - t + ti + 1;
+        let mut scores: Vec<f32> = (0..visible)
+            .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..][..hd]) * scale)
+            .collect();
+        softmax(&mut scores);
+        for (p, w) in scores.iter().enumerate() {
+            let vp = &v[p * kv_dim + kvh * hd..][..hd];
+            o.iter_mut().zip(vp).for_each(|(a, b)| *a += w * b);
+        }
+    });
+    out
+}
+
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    x.iter_mut().for_each(|v| *v /= sum);
+}
+
+pub fn add_in_place(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
+    gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect()
+}

@@ -1,0 +1,159 @@
+//! Which tensors a model needs, with their expected shapes, and loading them
+//! dequantized to f32 for the CPU reference. The GPU loader uses the same list.
+
+use super::config::Config;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use std::io::{Read, Seek};
+
+/// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`);
+/// vectors have `rows == 1`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+fn spec(name: String, rows: usize, cols: usize) -> TensorSpec {
+    TensorSpec { name, rows, cols }
+}
+
+/// Per-layer tensor names, in GGUF's (llama.cpp's) naming.
+pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
+    let p = |s: &str| format!("blk.{i}.{s}.weight");
+    let mut v = vec![
+        spec(p("attn_norm"), 1, c.hidden),
+        spec(p("attn_q"), c.q_dim(), c.hidden),
+        spec(p("attn_k"), c.kv_dim(), c.hidden),
+        spec(p("attn_v"), c.kv_dim(), c.hidden),
+        spec(p("attn_output"), c.hidden, c.q_dim()),
+        spec(p("ffn_norm"), 1, c.hidden),
+        spec(p("ffn_gate"), c.ffn_dim, c.hidden),
+        spec(p("ffn_up"), c.ffn_dim, c.hidden),
+        spec(p("ffn_down"), c.hidden, c.ffn_dim),
+    ];
+    if c.qk_norm {
+        v.push(spec(p("attn_q_norm"), 1, c.head_dim));
+        v.push(spec(p("attn_k_norm"), 1, c.head_dim));
+    }
+    v
+}
+
+/// Tensors outside the layers.
+pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
+    let mut v = vec![
+        spec("token_embd.weight".into(), c.vocab_size, c.hidden),
+        spec("output_norm.weight".into(), 1, c.hidden),
+    ];
+    if !c.tied_embeddings {
+        v.push(spec("output.weight".into(), c.vocab_size, c.hidden));
+    }
+    if c.rope_freq_factors {
+        v.push(spec("rope_freqs.weight".into(), 1, c.rope_dim / 2));
+    }
+    v
+}
+
+/// Finds a tensor and checks that its shape is the expected one.
+pub fn find<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<&'a crate::gguf::TensorInfo> {
+    let t = g
+        .tensor(&s.name)
+        .ok_or_else(|| Error::gguf(format!("tensor {} is missing", s.name)))?;
+    let (rows, cols) = t.rows_cols();
+    if (rows, cols) != (s.rows, s.cols) || t.dims.len() > 2 {
+        return Err(Error::gguf(format!(
+            "tensor {} has shape {:?}, expected [{}, {}]",
+            s.name, t.dims, s.cols, s.rows
+        )));
+    }
+    Ok(t)
+}
+
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub wq: Vec<f32>,
+    pub wk: Vec<f32>,
+    pub wv: Vec<f32>,
+    pub wo: Vec<f32>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Vec<f32>,
+    pub w_up: Vec<f32>,
+    pub w_down: Vec<f32>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+}
+
+/// All weights dequantized to f32, row-major `[rows][cols]`.
+pub struct Weights {
+    pub token_embd: Vec<f32>,
+    pub output_norm: Vec<f32>,
+    /// `None` when the output head is the embedding (tied).
+    pub output: Option<Vec<f32>>,
+    pub rope_freqs: Option<Vec<f32>>,
+    pub layers: Vec<Layer>,
+}
+
+impl Weights {
+    pub fn load<R: Read + Seek>(g: &Gguf, c: &Config, r: &mut R) -> Result<Weights> {
+        let mut read = |s: &TensorSpec| g.read_f32(r, find(g, s)?);
+        // global_specs order: embedding, final norm, [output], [rope_freqs].
+        let globals = global_specs(c)
+            .iter()
+            .map(&mut read)
+            .collect::<Result<Vec<_>>>()?;
+        let mut globals = globals.into_iter();
+        let token_embd = globals.next().unwrap_or_default();
+        let output_norm = globals.next().unwrap_or_default();
+        let output = if c.tied_embeddings {
+            None
+        } else {
+            globals.next()
+        };
+        let rope_freqs = if c.rope_freq_factors {
+            globals.next()
+        } else {
+            None
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let t = layer_specs(c, i)
+                .iter()
+                .map(&mut read)
+                .collect::<Result<Vec<_>>>()?;
+            // layer_specs order: the nine tensors of Layer, then the optional QK norms.
+            let mut t = t.into_iter();
+            let mut n = || t.next().unwrap_or_default();
+            let mut layer = Layer {
+                attn_norm: n(),
+                wq: n(),
+                wk: n(),
+                wv: n(),
+                wo: n(),
+                ffn_norm: n(),
+                w_gate: n(),
+                w_up: n(),
+                w_down: n(),
+                q_norm: None,
+                k_norm: None,
+            };
+            if c.qk_norm {
+                layer.q_norm = Some(n());
+                layer.k_norm = Some(n());
+            }
+            layers.push(layer);
+        }
+        Ok(Weights {
+            token_embd,
+            output_norm,
+            output,
+            rope_freqs,
+            layers,
+        })
+    }
+
+    /// The output head: `output.weight`, or the embedding when tied.
+    pub fn head(&self) -> &[f32] {
+        self.output.as_deref().unwrap_or(&self.token_embd)
+    }
+}

@@ -1,0 +1,49 @@
+//! Paths and loaders shared by the integration tests. The default model must be in
+//! `models/` (scripts/fetch-model); a missing file fails the test, it never skips it.
+#![allow(dead_code)]
+
+use pippin::model::{load_reference, Reference};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn model_path() -> PathBuf {
+    let p = std::env::var_os("PIPPIN_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-model",
+        p.display()
+    );
+    p
+}
+
+pub fn testdata(name: &str) -> Value {
+    let p = root().join("../shared/testdata").join(name);
+    let text =
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+    serde_json::from_str(&text).expect("testdata is JSON")
+}
+
+/// The CPU reference model of the default model, loaded once per test binary.
+pub fn reference() -> &'static Reference {
+    static M: OnceLock<Reference> = OnceLock::new();
+    M.get_or_init(|| {
+        load_reference(&model_path())
+            .expect("default model loads")
+            .1
+    })
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
