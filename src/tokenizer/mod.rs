@@ -1,1 +1,149 @@
+//! Text ↔ token ids with the `tokenizers` crate, built from the GGUF's own metadata or
+//! from a `tokenizer.json`; chat templates; streaming detokenization.
 
+mod chat;
+mod from_gguf;
+mod stream;
+
+pub use chat::{ChatTemplate, Message};
+pub use from_gguf::SpecialIds;
+pub use stream::TextStream;
+
+use crate::error::{Error, Result};
+use crate::gguf::Metadata;
+
+/// Token texts that end a turn in the chat formats we know, besides the GGUF's EOS/EOT.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|endoftext|>",
+    "<end_of_turn>",
+    "<|end|>",
+];
+
+/// The `tokenizer.json` Pippin builds from GGUF metadata (to inspect or save it).
+pub fn tokenizer_json_for(md: &Metadata) -> Result<String> {
+    Ok(from_gguf::tokenizer_json(md)?.0.to_string())
+}
+
+pub struct Tokenizer {
+    /// Special-token texts in the input are plain text.
+    plain: tokenizers::Tokenizer,
+    /// Special-token texts in the input become their ids (for rendered chat prompts).
+    special: tokenizers::Tokenizer,
+    pub ids: SpecialIds,
+    stop: Vec<u32>,
+    chat: Option<ChatTemplate>,
+}
+
+fn tk_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    /// The tokenizer a GGUF file carries in its metadata.
+    pub fn from_gguf(md: &Metadata) -> Result<Tokenizer> {
+        let (json, ids) = from_gguf::tokenizer_json(md)?;
+        let tk = tokenizers::Tokenizer::from_bytes(json.to_string()).map_err(tk_err)?;
+        Self::new(tk, ids, md)
+    }
+
+    /// A `tokenizer.json` (Hugging Face format) instead of the GGUF's vocabulary; special
+    /// ids and the chat template still come from the GGUF metadata.
+    pub fn from_json(json: &[u8], md: &Metadata) -> Result<Tokenizer> {
+        let tk = tokenizers::Tokenizer::from_bytes(json).map_err(tk_err)?;
+        let id = |k: &str| md.u64(k).and_then(|v| u32::try_from(v).ok());
+        let ids = SpecialIds {
+            bos: id("tokenizer.ggml.bos_token_id"),
+            eos: id("tokenizer.ggml.eos_token_id"),
+            eot: id("tokenizer.ggml.eot_token_id"),
+            add_bos: md.bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
+        };
+        Self::new(tk, ids, md)
+    }
+
+    fn new(special: tokenizers::Tokenizer, ids: SpecialIds, md: &Metadata) -> Result<Tokenizer> {
+        let mut plain = special.clone();
+        plain.set_encode_special_tokens(true);
+        let mut stop: Vec<u32> = [ids.eos, ids.eot].into_iter().flatten().collect();
+        stop.extend(END_OF_TURN.iter().filter_map(|t| special.token_to_id(t)));
+        stop.sort_unstable();
+        stop.dedup();
+        let token_text =
+            |id: Option<u32>| id.and_then(|i| special.id_to_token(i)).unwrap_or_default();
+        let chat = match md.str("tokenizer.chat_template") {
+            Some(src) => Some(ChatTemplate::new(
+                src,
+                &token_text(ids.bos),
+                &token_text(ids.eos),
+            )?),
+            None => None,
+        };
+        Ok(Tokenizer {
+            plain,
+            special,
+            ids,
+            stop,
+            chat,
+        })
+    }
+
+    /// Token ids of `text`, without BOS. With `parse_special`, texts such as
+    /// `<|im_start|>` become their special ids; otherwise they are ordinary text.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let tk = if parse_special {
+            &self.special
+        } else {
+            &self.plain
+        };
+        Ok(tk.encode(text, false).map_err(tk_err)?.get_ids().to_vec())
+    }
+
+    /// Ids for a model input: BOS first when the model wants it and `text` does not
+    /// already start with it (chat templates often write it themselves).
+    pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let mut ids = self.encode(text, parse_special)?;
+        if let (true, Some(bos)) = (self.ids.add_bos, self.ids.bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        Ok(ids)
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.special.decode(ids, skip_special).map_err(tk_err)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.special.get_vocab_size(true)
+    }
+
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        self.special.id_to_token(id)
+    }
+
+    /// Tokens that end generation (EOS, end of turn).
+    pub fn stop_tokens(&self) -> &[u32] {
+        &self.stop
+    }
+
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+
+    /// Renders `messages` with the model's chat template.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.chat
+            .as_ref()
+            .ok_or_else(|| {
+                Error::Template("this model has no chat template (tokenizer.chat_template)".into())
+            })?
+            .render(messages, add_generation_prompt)
+    }
+}
