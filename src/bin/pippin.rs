@@ -1,1 +1,182 @@
-fn main() {}
+//! The native command line: `pippin generate`, `pippin info`.
+
+use clap::{Args, Parser, Subcommand};
+use pippin::engine::{self, CpuSession, GenerateOptions};
+use pippin::gguf::Gguf;
+use pippin::model::{load_reference, Config};
+use pippin::sampler::SamplerOptions;
+use pippin::tokenizer::{Message, Tokenizer};
+use pippin::{Error, Result};
+use std::io::Write;
+use std::path::PathBuf;
+
+const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Parser)]
+#[command(
+    name = "pippin",
+    version,
+    about = "On-device language models, natively and in the browser"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text from a prompt, streamed to stdout.
+    Generate(GenerateArgs),
+    /// Print a model's configuration, metadata and tensor table.
+    Info {
+        /// A GGUF file.
+        model: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    model: PathBuf,
+    #[arg(long, short)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat (default: the template's own).
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Run the plain-Rust CPU reference model.
+    #[arg(long)]
+    cpu: bool,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Stop before this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Generate(a) => generate(a),
+        Cmd::Info { model } => info(&model),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    if !a.cpu {
+        eprintln!("note: the GPU engine is not built yet; running the CPU reference model");
+    }
+    let (gguf, model) = load_reference(&a.model)?;
+    let tk = Tokenizer::from_gguf(&gguf.metadata)?;
+    let (text, parse_special) = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(Message::new("system", s));
+        }
+        msgs.push(Message::new("user", &a.prompt));
+        (tk.apply_chat_template(&msgs, true)?, true)
+    } else {
+        (a.prompt.clone(), false)
+    };
+    let prompt = tk.encode_prompt(&text, parse_special)?;
+    let opts = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampler: SamplerOptions {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            repetition_penalty: a.repetition_penalty,
+            seed: a.seed,
+            ..Default::default()
+        },
+        stop: a.stop,
+    };
+    let mut session = CpuSession::new(&model);
+    let mut out = std::io::stdout().lock();
+    let (finish, u) = engine::generate(&mut session, &tk, &prompt, &opts, |piece, _| {
+        // A closed pipe (e.g. `| head`) ends generation quietly.
+        out.write_all(piece.as_bytes())
+            .and_then(|_| out.flush())
+            .is_ok()
+    })?;
+    let _ = writeln!(out);
+    eprintln!(
+        "[{} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, finish: {finish:?}]",
+        u.prompt_tokens,
+        u.generated_tokens,
+        u.prefill_tokens_per_s(),
+        u.decode_tokens_per_s()
+    );
+    Ok(())
+}
+
+fn info(path: &std::path::Path) -> Result<()> {
+    let (g, _) = Gguf::open(path)?;
+    // Built whole, then written once: `pippin info … | head` must not panic.
+    let mut s = String::new();
+    write_info(&mut s, path, &g).map_err(|e| Error::invalid(e.to_string()))?;
+    let _ = std::io::stdout().write_all(s.as_bytes());
+    Ok(())
+}
+
+fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Result {
+    use std::fmt::Write;
+    let (nm, nt) = (g.metadata.len(), g.tensors.len());
+    writeln!(
+        s,
+        "{}: GGUF v{}, {nm} metadata keys, {nt} tensors",
+        path.display(),
+        g.version
+    )?;
+    match Config::from_gguf(g) {
+        Ok(c) => writeln!(s, "\nconfig: {c:#?}")?,
+        Err(e) => writeln!(s, "\nconfig: {e}")?,
+    }
+    writeln!(s, "\nmetadata:")?;
+    for (k, v) in g.metadata.iter() {
+        writeln!(s, "  {k:<44} {}", v.summary())?;
+    }
+    writeln!(s, "\ntensors:")?;
+    let mut by_type = std::collections::BTreeMap::<&str, (usize, u64, u64)>::new();
+    for t in &g.tensors {
+        let dims = format!("{:?}", t.dims);
+        writeln!(
+            s,
+            "  {:<36} {:<5} {dims:<18} {:>11} bytes",
+            t.name,
+            t.ty.name(),
+            t.n_bytes
+        )?;
+        let e = by_type.entry(t.ty.name()).or_default();
+        *e = (e.0 + 1, e.1 + t.n_elements, e.2 + t.n_bytes);
+    }
+    writeln!(s, "\nby type:")?;
+    for (ty, (n, elems, bytes)) in by_type {
+        let bpw = bytes as f64 * 8.0 / elems as f64;
+        writeln!(
+            s,
+            "  {ty:<5} {n:>4} tensors {elems:>12} weights {bytes:>11} bytes ({bpw:.2} bits/weight)"
+        )?;
+    }
+    Ok(())
+}
