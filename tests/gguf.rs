@@ -137,8 +137,8 @@ fn flipped_header_bytes_give_clear_errors() {
     assert!(flip(31, 0x7f).unwrap_err().contains("string of"));
     // Every single byte of the header flipped: an error or a valid parse, never a panic.
     let g = parse(&bytes).unwrap();
-    for at in 0..g.header_len as usize {
-        let _ = flip(at, bytes[at] ^ 0xff);
+    for (at, b) in bytes.iter().enumerate().take(g.header_len as usize) {
+        let _ = flip(at, b ^ 0xff);
     }
 }
 
@@ -216,7 +216,7 @@ fn random_mutations_never_panic() {
             let at = (rng.next_u64() % b.len() as u64) as usize;
             b[at] = rng.next_u64() as u8;
         }
-        if rng.next_u64() % 4 == 0 {
+        if rng.next_u64().is_multiple_of(4) {
             b.truncate((rng.next_u64() % b.len() as u64) as usize);
         }
         if let Ok(g) = parse(&b) {

@@ -51,7 +51,7 @@ impl TensorInfo {
             .filter(|&n| n > 0 && n < 1 << 40)
             .ok_or_else(|| Error::gguf(format!("tensor {name:?} has bad dimensions {dims:?}")))?;
         let (per_block, _) = ty.block();
-        if dims[0] % per_block != 0 {
+        if !dims[0].is_multiple_of(per_block) {
             return Err(Error::gguf(format!(
                 "tensor {name:?}: row length {} is not a multiple of the {ty} block size {per_block}",
                 dims[0]

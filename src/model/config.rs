@@ -113,13 +113,13 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::gguf(m));
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "{} attention heads cannot be grouped over {} KV heads",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
             return bad(format!(
                 "RoPE dimension {} does not fit head dimension {}",
                 self.rope_dim, self.head_dim

@@ -137,7 +137,7 @@ impl GgmlType {
     /// or the size overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let (per, bytes) = self.block();
-        if n % per != 0 {
+        if !n.is_multiple_of(per) {
             return None;
         }
         (n / per).checked_mul(bytes)
