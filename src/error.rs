@@ -21,6 +21,9 @@ pub enum Error {
     /// A caller passed something out of range (prompt too long, bad option...).
     #[error("{0}")]
     Invalid(String),
+    /// No usable GPU, a device limit exceeded, a lost device, a failed GPU operation.
+    #[error("GPU: {0}")]
+    Gpu(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -33,6 +36,9 @@ impl Error {
     }
     pub fn unsupported(msg: impl fmt::Display) -> Self {
         Error::Unsupported(msg.to_string())
+    }
+    pub fn gpu(msg: impl fmt::Display) -> Self {
+        Error::Gpu(msg.to_string())
     }
     pub fn invalid(msg: impl fmt::Display) -> Self {
         Error::Invalid(msg.to_string())

@@ -4,6 +4,8 @@
 pub mod engine;
 pub mod error;
 pub mod gguf;
+pub mod gpu;
+pub mod kernels;
 pub mod model;
 pub mod quant;
 pub mod sampler;

@@ -13,7 +13,11 @@ fn tokenizer() -> Tokenizer {
     Tokenizer::from_gguf(&g.metadata).unwrap()
 }
 
-fn run(prompt: &str, opts: &GenerateOptions, mut keep_going: impl FnMut(&str) -> bool) -> (String, FinishReason, usize) {
+fn run(
+    prompt: &str,
+    opts: &GenerateOptions,
+    mut keep_going: impl FnMut(&str) -> bool,
+) -> (String, FinishReason, usize) {
     let tk = tokenizer();
     let mut s = CpuSession::new(reference());
     let ids = tk.encode_prompt(prompt, false).unwrap();
@@ -28,7 +32,10 @@ fn run(prompt: &str, opts: &GenerateOptions, mut keep_going: impl FnMut(&str) ->
 
 #[test]
 fn greedy_text_is_the_references() {
-    let opts = GenerateOptions { max_tokens: 4, ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 4,
+        ..Default::default()
+    };
     let (text, finish, n) = run("The capital of France is", &opts, |_| true);
     assert_eq!(text, " Paris.\n\n");
     assert_eq!((finish, n), (FinishReason::Length, 4));
@@ -36,22 +43,41 @@ fn greedy_text_is_the_references() {
 
 #[test]
 fn stop_strings_abort_and_stop_tokens_end_generation() {
-    let opts = GenerateOptions { max_tokens: 8, stop: vec![".".into()], ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 8,
+        stop: vec![".".into()],
+        ..Default::default()
+    };
     let (text, finish, _) = run("The capital of France is", &opts, |_| true);
     assert_eq!((text.as_str(), finish), (" Paris", FinishReason::Stop));
 
-    let opts = GenerateOptions { max_tokens: 8, ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 8,
+        ..Default::default()
+    };
     let (text, finish, n) = run("The capital of France is", &opts, |_| false);
-    assert_eq!((text.as_str(), finish, n), (" Paris", FinishReason::Abort, 1));
+    assert_eq!(
+        (text.as_str(), finish, n),
+        (" Paris", FinishReason::Abort, 1)
+    );
 
     // The chat reference ends its answer with <|im_end|> (eos), which stops here.
     let tk = tokenizer();
     let prompt = tk
-        .apply_chat_template(&[pippin::tokenizer::Message::new("user", "What is the capital of France?")], true)
+        .apply_chat_template(
+            &[pippin::tokenizer::Message::new(
+                "user",
+                "What is the capital of France?",
+            )],
+            true,
+        )
         .unwrap();
     let ids = tk.encode_prompt(&prompt, true).unwrap();
     let mut s = CpuSession::new(reference());
-    let opts = GenerateOptions { max_tokens: 40, ..Default::default() };
+    let opts = GenerateOptions {
+        max_tokens: 40,
+        ..Default::default()
+    };
     let (finish, usage) = generate(&mut s, &tk, &ids, &opts, |_, _| true).unwrap();
     assert_eq!(finish, FinishReason::Stop);
     assert!(usage.generated_tokens < 40);
@@ -62,38 +88,80 @@ fn bad_requests_are_errors_and_the_session_stays_usable() {
     let tk = tokenizer();
     let mut s = CpuSession::new(reference());
     let opts = GenerateOptions::default();
-    assert!(generate(&mut s, &tk, &[], &opts, |_, _| true).unwrap_err().to_string().contains("empty"));
+    assert!(generate(&mut s, &tk, &[], &opts, |_, _| true)
+        .unwrap_err()
+        .to_string()
+        .contains("empty"));
     let too_long = vec![198u32; 9000];
-    let e = generate(&mut s, &tk, &too_long, &opts, |_, _| true).unwrap_err().to_string();
+    let e = generate(&mut s, &tk, &too_long, &opts, |_, _| true)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("context"), "{e}");
-    let bad = GenerateOptions { sampler: pippin::sampler::SamplerOptions { top_p: 2.0, ..Default::default() }, ..opts };
+    let bad = GenerateOptions {
+        sampler: pippin::sampler::SamplerOptions {
+            top_p: 2.0,
+            ..Default::default()
+        },
+        ..opts
+    };
     assert!(generate(&mut s, &tk, &[504], &bad, |_, _| true).is_err());
-    let ok = GenerateOptions { max_tokens: 2, ..Default::default() };
+    let ok = GenerateOptions {
+        max_tokens: 2,
+        ..Default::default()
+    };
     assert!(generate(&mut s, &tk, &[504], &ok, |_, _| true).is_ok());
 }
 
 #[test]
 fn cli_generates_and_reports() {
     let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args(["generate", "--cpu", "--max-tokens", "6", "--prompt", "The capital of France is", "--model"])
+        .args([
+            "generate",
+            "--cpu",
+            "--max-tokens",
+            "6",
+            "--prompt",
+            "The capital of France is",
+            "--model",
+        ])
         .arg(model_path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(" Paris."));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("5 prompt tokens, 6 generated") && err.contains("decode"), "{err}");
+    assert!(
+        err.contains("5 prompt tokens, 6 generated") && err.contains("decode"),
+        "{err}"
+    );
 }
 
 #[test]
 fn cli_errors_are_clear() {
     let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args(["generate", "--cpu", "--prompt", "hi", "--model", "/nonexistent.gguf"])
+        .args([
+            "generate",
+            "--cpu",
+            "--prompt",
+            "hi",
+            "--model",
+            "/nonexistent.gguf",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("error: cannot open /nonexistent.gguf"), "{err}");
-    let info = Command::new(env!("CARGO_BIN_EXE_pippin")).args(["info", "Cargo.toml"]).output().unwrap();
+    assert!(
+        err.starts_with("error: cannot open /nonexistent.gguf"),
+        "{err}"
+    );
+    let info = Command::new(env!("CARGO_BIN_EXE_pippin"))
+        .args(["info", "Cargo.toml"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&info.stderr).contains("not a GGUF file"));
 }

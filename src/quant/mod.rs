@@ -1,6 +1,9 @@
 //! Weight formats: the GGML tensor types Pippin knows, their block layout, and CPU
 //! dequantization (the ground truth the GPU kernels are tested against).
 
+pub mod gpu_layout;
+pub mod kv;
+
 use crate::error::{Error, Result};
 use half::{bf16, f16};
 

@@ -47,3 +47,5 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
 }
+
+pub mod gpu;

@@ -1,0 +1,88 @@
+// Flash-decoding for one new token: the KV length is split in chunks of 64 positions,
+// one workgroup per (KV head, chunk). Each K and V value is dequantized once and used
+// for all G query heads that share the KV head; each chunk leaves its running max,
+// sum and weighted V (online softmax) for attention_reduce.wgsl to combine.
+#include "kv_cache.wgsl"
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(5) var<storage, read> qkv: array<f32>;
+@group(0) @binding(6) var<storage, read_write> part: array<f32>; // [NH][n_splits][HD + 2]
+
+override G: u32;          // query heads per KV head, G * HD <= 2048 and G <= 16
+override QKV_STRIDE: u32;
+override SCALE: f32;      // 1 / sqrt(HD)
+
+const CHUNK: u32 = 64u;
+const NEG: f32 = -1e30;
+
+var<workgroup> qs: array<f32, 2048>;
+var<workgroup> s: array<f32, 1024>; // [G][CHUNK]
+var<workgroup> stats: array<f32, 32>; // (max, sum) per head
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let kvh = wid.x;
+    let split = wid.y;
+    let q_base = (step.n_tokens - 1u) * QKV_STRIDE + kvh * G * HD;
+    for (var i = lid; i < G * HD; i += 64u) {
+        qs[i] = qkv[q_base + i] * SCALE;
+    }
+    workgroupBarrier();
+    let start = split * CHUNK;
+    let p = start + lid;
+    var acc: array<f32, 16>;
+    if p < step.kv_len {
+        for (var d = 0u; d < HD; d++) {
+            let k = k_at(p, kvh, d);
+            for (var g = 0u; g < G; g++) {
+                acc[g] += qs[g * HD + d] * k;
+            }
+        }
+    }
+    for (var g = 0u; g < G; g++) {
+        s[g * CHUNK + lid] = select(NEG, acc[g], p < step.kv_len);
+    }
+    workgroupBarrier();
+    if lid < G {
+        var m = NEG;
+        for (var j = 0u; j < CHUNK; j++) {
+            m = max(m, s[lid * CHUNK + j]);
+        }
+        var l = 0.0;
+        for (var j = 0u; j < CHUNK; j++) {
+            let e = exp(s[lid * CHUNK + j] - m);
+            s[lid * CHUNK + j] = e;
+            l += e;
+        }
+        stats[2u * lid] = m;
+        stats[2u * lid + 1u] = l;
+    }
+    workgroupBarrier();
+    let n = min(CHUNK, step.kv_len - start);
+    for (var d = lid; d < HD; d += 64u) {
+        var o: array<f32, 16>;
+        for (var j = 0u; j < n; j++) {
+            let v = v_at(start + j, kvh, d);
+            for (var g = 0u; g < G; g++) {
+                o[g] += s[g * CHUNK + j] * v;
+            }
+        }
+        for (var g = 0u; g < G; g++) {
+            let h = kvh * G + g;
+            part[(h * step.n_splits + split) * (HD + 2u) + 2u + d] = o[g];
+        }
+    }
+    if lid < G {
+        let h = kvh * G + lid;
+        let at = (h * step.n_splits + split) * (HD + 2u);
+        part[at] = stats[2u * lid];
+        part[at + 1u] = stats[2u * lid + 1u];
+    }
+}

@@ -1,0 +1,112 @@
+// Causal attention for a chunk of new tokens over the cached prefix and themselves,
+// tiled: a workgroup takes 8 queries of one head, walks the keys 16 at a time through
+// workgroup memory and keeps an online softmax (FlashAttention); K/V are dequantized
+// from the quantized cache as tiles are loaded.
+#include "kv_cache.wgsl"
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(5) var<storage, read> qkv: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>; // [n_tokens][NH * HD]
+
+override G: u32;          // query heads per KV head
+override NH: u32;
+override QKV_STRIDE: u32;
+override SCALE: f32;
+
+const BQ: u32 = 8u;   // queries per workgroup
+const BK: u32 = 16u;  // keys per tile
+const NEG: f32 = -1e30;
+
+var<workgroup> qs: array<f32, 1024>;  // [BQ][HD], HD <= 128
+var<workgroup> kv: array<f32, 2048>;  // [BK][HD]
+var<workgroup> s: array<f32, 128>;    // [BQ][BK]
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let q0 = wid.x * BQ;
+    let h = wid.y;
+    let kvh = h / G;
+    let qi = lid / 16u;        // this thread's query row
+    let c = lid % 16u;         // its slice of the head: DPT values from c * DPT
+    let dpt = HD / 16u;
+    for (var i = lid; i < BQ * HD; i += 128u) {
+        let t = q0 + i / HD;
+        var v = 0.0;
+        if t < step.n_tokens {
+            v = qkv[t * QKV_STRIDE + h * HD + i % HD] * SCALE;
+        }
+        qs[i] = v;
+    }
+    let last_q = min(q0 + BQ, step.n_tokens) - 1u;
+    let n_keys = step.pos0 + last_q + 1u;
+    let q_pos = step.pos0 + q0 + qi;
+    let q_ok = q0 + qi < step.n_tokens;
+    var m = NEG;
+    var l = 0.0;
+    var o: array<f32, 8>;
+    var pj: array<f32, 16>;
+    for (var k0 = 0u; k0 < n_keys; k0 += BK) {
+        workgroupBarrier();
+        for (var i = lid; i < BK * HD; i += 128u) {
+            let p = k0 + i / HD;
+            var v = 0.0;
+            if p < n_keys {
+                v = k_at(p, kvh, i % HD);
+            }
+            kv[i] = v;
+        }
+        workgroupBarrier();
+        // One score per thread: query qi, key c.
+        var sc = NEG;
+        if q_ok && k0 + c <= q_pos {
+            sc = 0.0;
+            for (var d = 0u; d < HD; d++) {
+                sc += qs[qi * HD + d] * kv[c * HD + d];
+            }
+        }
+        s[qi * BK + c] = sc;
+        workgroupBarrier();
+        var mx = m;
+        for (var j = 0u; j < BK; j++) {
+            mx = max(mx, s[qi * BK + j]);
+        }
+        let corr = exp(m - mx);
+        l *= corr;
+        for (var j = 0u; j < BK; j++) {
+            pj[j] = select(0.0, exp(s[qi * BK + j] - mx), s[qi * BK + j] > NEG);
+            l += pj[j];
+        }
+        for (var k = 0u; k < dpt; k++) {
+            o[k] *= corr;
+        }
+        m = mx;
+        workgroupBarrier();
+        for (var i = lid; i < BK * HD; i += 128u) {
+            let p = k0 + i / HD;
+            var v = 0.0;
+            if p < n_keys {
+                v = v_at(p, kvh, i % HD);
+            }
+            kv[i] = v;
+        }
+        workgroupBarrier();
+        for (var j = 0u; j < BK; j++) {
+            for (var k = 0u; k < dpt; k++) {
+                o[k] += pj[j] * kv[j * HD + c * dpt + k];
+            }
+        }
+    }
+    if q_ok {
+        let base = (q0 + qi) * NH * HD + h * HD + c * dpt;
+        for (var k = 0u; k < dpt; k++) {
+            out[base + k] = o[k] / l;
+        }
+    }
+}

@@ -1,0 +1,58 @@
+// y = W·x for one token (decode): TPR threads share a row and split its blocks, then
+// reduce in workgroup memory. Weights are dequantized in registers; f32 accumulation.
+#include "weights.wgsl"
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+override K: u32;            // inputs (row length), a multiple of 32
+override N: u32;            // rows of this part
+override Y_OFFSET: u32 = 0u; // where row 0 of this part lands in y
+override ACCUMULATE: bool = false; // y += W·x (fuses the residual add)
+override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
+override WG: u32 = 256u;
+
+var<workgroup> partial: array<f32, 256>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
+    let lane = lid % TPR;
+    let nb = K / 32u;
+    var acc = 0.0;
+    if row < N {
+        for (var b = lane; b < nb; b += TPR) {
+            for (var p = 0u; p < 4u; p++) {
+                let w = weight8(row * nb + b, p);
+                let xo = b * 8u + p * 2u;
+                acc += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+            }
+        }
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if lane < s {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && row < N {
+        let o = Y_OFFSET + row;
+        if ACCUMULATE {
+            y[o] += partial[lid];
+        } else {
+            y[o] = partial[lid];
+        }
+    }
+}

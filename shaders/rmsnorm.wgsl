@@ -1,0 +1,44 @@
+// RMSNorm of each token's row: y = x / sqrt(mean(x²) + eps) · w.
+// With LAST_ONLY, only the last token's row is normalized (into row 0): the output
+// head needs no other.
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+override LEN: u32;
+override EPS: f32;
+override LAST_ONLY: bool = false;
+
+var<workgroup> sums: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row_in = select(wid.x, step.n_tokens - 1u, LAST_ONLY);
+    let xi = row_in * LEN;
+    let yi = wid.x * LEN;
+    var ss = 0.0;
+    for (var i = lid; i < LEN; i += 256u) {
+        ss += x[xi + i] * x[xi + i];
+    }
+    sums[lid] = ss;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if lid < s {
+            sums[lid] += sums[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let scale = inverseSqrt(sums[0] / f32(LEN) + EPS);
+    for (var i = lid; i < LEN; i += 256u) {
+        y[yi + i] = x[xi + i] * scale * w[i];
+    }
+}

@@ -1,0 +1,77 @@
+// Rotary position embedding of every query and key head of each token, in place in the
+// fused qkv rows; with QK_NORM the head is first RMS-normalized (Qwen3, AFM), which
+// is fused here because both passes touch exactly the same values.
+// STYLE 0 rotates adjacent pairs (2i, 2i+1): GGUF llama files are permuted for it;
+// STYLE 1 rotates (i, i + ROPE_DIM/2) (NeoX / Qwen).
+
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> table: array<vec2<f32>>; // (cos, sin) [pos][HALF]
+@group(0) @binding(2) var<storage, read_write> qkv: array<f32>;
+@group(0) @binding(3) var<storage, read> q_norm: array<f32>;
+@group(0) @binding(4) var<storage, read> k_norm: array<f32>;
+
+override HD: u32;         // head dimension, at most 256
+override NH: u32;         // query heads
+override QKV_STRIDE: u32; // floats per token in qkv
+override HALF: u32;       // rotated pairs per head (rope_dim / 2)
+override STYLE: u32 = 0u;
+override QK_NORM: bool = false;
+override EPS: f32 = 1e-6;
+
+var<workgroup> head: array<f32, 256>;
+var<workgroup> sums: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.x;
+    let h = wid.y; // 0..NH are queries, then the KV heads
+    let base = t * QKV_STRIDE + h * HD;
+    var ss = 0.0;
+    for (var i = lid; i < HD; i += 64u) {
+        let v = qkv[base + i];
+        head[i] = v;
+        ss += v * v;
+    }
+    sums[lid] = ss;
+    workgroupBarrier();
+    if QK_NORM {
+        for (var s = 32u; s > 0u; s >>= 1u) {
+            if lid < s {
+                sums[lid] += sums[lid + s];
+            }
+            workgroupBarrier();
+        }
+        let scale = inverseSqrt(sums[0] / f32(HD) + EPS);
+        for (var i = lid; i < HD; i += 64u) {
+            let w = select(k_norm[i], q_norm[i], h < NH);
+            head[i] = head[i] * scale * w;
+        }
+        workgroupBarrier();
+    }
+    let pos = step.pos0 + t;
+    for (var i = lid; i < HD; i += 64u) {
+        // The pair this value belongs to, and its partner.
+        var pair = i / 2u;
+        var partner = i ^ 1u;
+        var first = (i & 1u) == 0u;
+        if STYLE == 1u {
+            pair = i % HALF;
+            partner = select(i - HALF, i + HALF, i < HALF);
+            first = i < HALF;
+        }
+        var v = head[i];
+        if pair < HALF && (STYLE == 0u || i < 2u * HALF) {
+            let cs = table[pos * HALF + pair];
+            let other = head[partner];
+            v = select(other * cs.y + v * cs.x, v * cs.x - other * cs.y, first);
+        }
+        qkv[base + i] = v;
+    }
+}

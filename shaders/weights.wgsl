@@ -1,0 +1,80 @@
+// Included by the matmul and embedding kernels: weight rows as packed by
+// src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
+// FORMAT: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_1. Blocks hold 32 values.
+
+override FORMAT: u32 = 4u;
+
+@group(0) @binding(1) var<storage, read> w_qs: array<u32>;
+@group(0) @binding(2) var<storage, read> w_scales: array<u32>;
+
+struct W8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn qs_words() -> u32 {
+    switch FORMAT {
+        case 0u: { return 32u; }
+        case 1u: { return 16u; }
+        case 2u: { return 8u; }
+        default: { return 4u; }
+    }
+}
+
+// Block `blk`'s f16 scale, two to a word.
+fn half_scale(blk: u32) -> f32 {
+    let h = unpack2x16float(w_scales[blk / 2u]);
+    return select(h.x, h.y, (blk & 1u) == 1u);
+}
+
+fn nibbles(w: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<u32>(
+        (w >> shift) & 15u, (w >> (shift + 8u)) & 15u,
+        (w >> (shift + 16u)) & 15u, (w >> (shift + 24u)) & 15u));
+}
+
+fn bytes_i8(w: u32) -> vec4<f32> {
+    let s = bitcast<i32>(w);
+    return vec4<f32>(vec4<i32>(
+        extractBits(s, 0u, 8u), extractBits(s, 8u, 8u),
+        extractBits(s, 16u, 8u), extractBits(s, 24u, 8u)));
+}
+
+// Values part*8 .. part*8+7 of block `blk` (part 0..3).
+fn weight8(blk: u32, part: u32) -> W8 {
+    let base = blk * qs_words();
+    switch FORMAT {
+        case 0u: {
+            let o = base + part * 8u;
+            return W8(
+                vec4<f32>(bitcast<f32>(w_qs[o]), bitcast<f32>(w_qs[o + 1u]),
+                          bitcast<f32>(w_qs[o + 2u]), bitcast<f32>(w_qs[o + 3u])),
+                vec4<f32>(bitcast<f32>(w_qs[o + 4u]), bitcast<f32>(w_qs[o + 5u]),
+                          bitcast<f32>(w_qs[o + 6u]), bitcast<f32>(w_qs[o + 7u])));
+        }
+        case 1u: {
+            let o = base + part * 4u;
+            return W8(
+                vec4<f32>(unpack2x16float(w_qs[o]), unpack2x16float(w_qs[o + 1u])),
+                vec4<f32>(unpack2x16float(w_qs[o + 2u]), unpack2x16float(w_qs[o + 3u])));
+        }
+        case 2u: {
+            let o = base + part * 2u;
+            let d = half_scale(blk);
+            return W8(bytes_i8(w_qs[o]) * d, bytes_i8(w_qs[o + 1u]) * d);
+        }
+        default: {
+            // 4-bit: byte j holds value j (low nibble) and j + 16 (high nibble).
+            let o = base + (part % 2u) * 2u;
+            let shift = select(0u, 4u, part >= 2u);
+            let a = nibbles(w_qs[o], shift);
+            let b = nibbles(w_qs[o + 1u], shift);
+            if FORMAT == 3u {
+                let d = half_scale(blk);
+                return W8((a - 8.0) * d, (b - 8.0) * d);
+            }
+            let dm = unpack2x16float(w_scales[blk]);
+            return W8(a * dm.x + dm.y, b * dm.x + dm.y);
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The GPU device: an adapter and device with the limits and features Pippin can use,
+//! buffer uploads in chunks and read-backs. The only module besides `wasm` that knows
+//! whether it runs natively or in a browser.
+
+use crate::error::{Error, Result};
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// What the adapter offers beyond the WebGPU baseline; kernels pick faster paths by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caps {
+    pub shader_f16: bool,
+    pub subgroups: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub driver: String,
+}
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub adapter: AdapterSummary,
+    pub caps: Caps,
+    pub limits: wgpu::Limits,
+    lost: Arc<Mutex<Option<String>>>,
+    errors: Arc<Mutex<Option<String>>>,
+}
+
+const UPLOAD_CHUNK: usize = 8 << 20;
+
+impl Gpu {
+    /// The best adapter there is, with every limit it has and the optional features we
+    /// use. `allow` masks the optional features (tests force the baseline path).
+    pub async fn new(allow: Caps) -> Result<Gpu> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                Error::gpu(format!(
+                    "no WebGPU/Vulkan/Metal/DX12 adapter is available ({e})"
+                ))
+            })?;
+        let info = adapter.get_info();
+        let has = adapter.features();
+        let mut features = wgpu::Features::empty();
+        let caps = Caps {
+            shader_f16: allow.shader_f16 && has.contains(wgpu::Features::SHADER_F16),
+            subgroups: allow.subgroups && has.contains(wgpu::Features::SUBGROUP),
+        };
+        if caps.shader_f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if caps.subgroups {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("pippin"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::gpu(format!("the adapter refused a device: {e}")))?;
+        let lost = Arc::new(Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = flag.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        // Validation and out-of-memory errors are kept and reported by the next call,
+        // instead of wgpu's default panic.
+        let errors = Arc::new(Mutex::new(None));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = sink.lock() {
+                slot.get_or_insert_with(|| e.to_string());
+            }
+        }));
+        let adapter = AdapterSummary {
+            name: info.name,
+            backend: format!("{:?}", info.backend),
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+        };
+        Ok(Gpu {
+            device,
+            queue,
+            adapter,
+            caps,
+            limits,
+            lost,
+            errors,
+        })
+    }
+
+    /// Fails once the device has been lost; what was on it is gone.
+    pub fn check_lost(&self) -> Result<()> {
+        match self.lost.lock().ok().and_then(|l| l.clone()) {
+            Some(why) => Err(Error::gpu(format!(
+                "the GPU device was lost ({why}); load the model again"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The first GPU error since the last call (a failed validation, out of memory).
+    pub fn take_error(&self) -> Result<()> {
+        self.check_lost()?;
+        match self.errors.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) => Err(Error::gpu(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Largest storage buffer one binding can see.
+    pub fn max_binding(&self) -> u64 {
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+    }
+
+    /// A storage buffer holding `data`, written in chunks so no second full copy is made.
+    pub fn upload(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let size = (data.len() as u64).next_multiple_of(4).max(4);
+        self.check_size(label, size)?;
+        let buf = self.storage(label, size)?;
+        for (i, chunk) in data.chunks(UPLOAD_CHUNK).enumerate() {
+            let mut c = chunk.to_vec();
+            c.resize(c.len().next_multiple_of(4), 0);
+            self.queue.write_buffer(&buf, (i * UPLOAD_CHUNK) as u64, &c);
+        }
+        Ok(buf)
+    }
+
+    pub fn upload_u32(&self, label: &str, data: &[u32]) -> Result<wgpu::Buffer> {
+        self.upload(label, bytemuck::cast_slice(data))
+    }
+
+    pub fn upload_f32(&self, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+        self.upload(label, bytemuck::cast_slice(data))
+    }
+
+    /// A zeroed storage buffer that kernels read and write.
+    pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
+        let size = size.next_multiple_of(4).max(4);
+        self.check_size(label, size)?;
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        }))
+    }
+
+    pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: data,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            })
+    }
+
+    fn check_size(&self, label: &str, size: u64) -> Result<()> {
+        if size > self.max_binding() {
+            return Err(Error::gpu(format!(
+                "{label} needs a buffer of {size} bytes, over this device's maxStorageBufferBindingSize of {} by {}",
+                self.max_binding(),
+                size - self.max_binding()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `size` bytes at `offset` of `buf` back to the CPU.
+    pub async fn read(&self, buf: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        self.map_read(&staging).await
+    }
+
+    /// Maps a MAP_READ buffer and returns its bytes.
+    pub async fn map_read(&self, staging: &wgpu::Buffer) -> Result<Vec<u8>> {
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait();
+        let mapped = rx
+            .await
+            .map_err(|_| Error::gpu("the read-back was dropped"));
+        self.take_error()?;
+        mapped?.map_err(|e| Error::gpu(format!("read-back failed: {e}")))?;
+        let bytes = staging
+            .get_mapped_range(..)
+            .map_err(|e| Error::gpu(format!("read-back failed: {e}")))?
+            .to_vec();
+        staging.unmap();
+        Ok(bytes)
+    }
+
+    /// Natively, drives the device until submitted work is done (the browser does this
+    /// by itself and resolves the map promise).
+    fn wait(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    pub async fn read_f32(
+        &self,
+        buf: &wgpu::Buffer,
+        offset_elems: u64,
+        n: u64,
+    ) -> Result<Vec<f32>> {
+        let b = self.read(buf, offset_elems * 4, n * 4).await?;
+        Ok(bytemuck::pod_collect_to_vec(&b))
+    }
+}

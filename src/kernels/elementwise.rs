@@ -1,0 +1,111 @@
+//! RMSNorm (`rmsnorm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`) and
+//! SwiGLU (`swiglu.wgsl`). CPU references: `model::reference::{rmsnorm, rope, swiglu}`.
+
+use super::{grid, Kernels, Shader};
+use crate::error::Result;
+use crate::model::{Config, RopeStyle};
+
+/// y[row] = rmsnorm(x[row]) · w for each token (or, with `last_only`, the last token
+/// into row 0).
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    len: usize,
+    eps: f32,
+    rows: usize,
+    last_only: bool,
+) -> Result<()> {
+    let pipe = k.pipe(
+        Shader::RmsNorm,
+        &[
+            ("LEN", len as f64),
+            ("EPS", eps as f64),
+            ("LAST_ONLY", last_only as u32 as f64),
+        ],
+    )?;
+    k.dispatch(
+        pass,
+        &pipe,
+        &[step, w, x, y],
+        [if last_only { 1 } else { rows as u32 }, 1, 1],
+    );
+    Ok(())
+}
+
+/// (cos, sin) of every position × rotated pair, computed on the CPU as the reference
+/// does: GPU sin/cos lose accuracy for the large angles of long contexts.
+pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
+    let mut t = Vec::with_capacity(max_pos * freqs.len() * 2);
+    for pos in 0..max_pos {
+        for f in freqs {
+            let (s, co) = (pos as f32 * f).sin_cos();
+            t.push(co);
+            t.push(s);
+        }
+    }
+    debug_assert_eq!(freqs.len(), c.rope_dim / 2);
+    t
+}
+
+/// Rotates (after QK-norm, when the model has it) the query and key heads of the
+/// fused qkv rows in place.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    c: &Config,
+    table: &wgpu::Buffer,
+    qkv: &wgpu::Buffer,
+    norms: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+    n_tokens: usize,
+) -> Result<()> {
+    let pipe = k.pipe(
+        Shader::Rope,
+        &[
+            ("HD", c.head_dim as f64),
+            ("NH", c.n_heads as f64),
+            ("QKV_STRIDE", (c.q_dim() + 2 * c.kv_dim()) as f64),
+            ("HALF", (c.rope_dim / 2) as f64),
+            (
+                "STYLE",
+                (c.rope_style == RopeStyle::HalfSplit) as u32 as f64,
+            ),
+            ("QK_NORM", norms.is_some() as u32 as f64),
+            ("EPS", c.rms_eps as f64),
+        ],
+    )?;
+    let (qn, kn) = norms.unwrap_or((table, table));
+    k.dispatch(
+        pass,
+        &pipe,
+        &[step, table, qkv, qn, kn],
+        [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1],
+    );
+    Ok(())
+}
+
+/// a = silu(gate) · up from [gate | up] rows.
+pub fn swiglu(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    gu: &wgpu::Buffer,
+    a: &wgpu::Buffer,
+    ffn: usize,
+    n_tokens: usize,
+) -> Result<()> {
+    let pipe = k.pipe(Shader::SwiGlu, &[("F", ffn as f64)])?;
+    k.dispatch(
+        pass,
+        &pipe,
+        &[step, gu, a],
+        grid(((n_tokens * ffn) as u32).div_ceil(256)),
+    );
+    Ok(())
+}

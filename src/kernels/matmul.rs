@@ -1,0 +1,230 @@
+//! Quantized matmul (`matmul_gemv.wgsl` for one token, `matmul_gemm.wgsl` for a chunk)
+//! and the embedding gather (`embed.wgsl`), over weights packed by
+//! `quant::gpu_layout`. CPU reference: dequantize, then `model::reference::matmul`.
+
+use super::{grid, Kernels, Shader};
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::quant::gpu_layout::{self, GpuFormat};
+use crate::quant::GgmlType;
+
+/// A weight matrix on the GPU, split by rows into parts that each fit one binding.
+pub struct GpuMatrix {
+    pub format: GpuFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub parts: Vec<Part>,
+}
+
+pub struct Part {
+    pub row0: usize,
+    pub rows: usize,
+    pub qs: wgpu::Buffer,
+    pub scales: wgpu::Buffer,
+}
+
+impl GpuMatrix {
+    /// Uploads a `rows × cols` tensor given as GGUF bytes of type `ty`.
+    pub fn upload(
+        gpu: &Gpu,
+        name: &str,
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<GpuMatrix> {
+        let packed = gpu_layout::pack(ty, data, rows * cols)?;
+        Self::from_packed(gpu, name, packed, rows, cols)
+    }
+
+    pub fn from_packed(
+        gpu: &Gpu,
+        name: &str,
+        p: gpu_layout::Packed,
+        rows: usize,
+        cols: usize,
+    ) -> Result<GpuMatrix> {
+        Self::from_packed_split(gpu, name, p, rows, cols, gpu.max_binding())
+    }
+
+    /// As `from_packed`, with parts of at most `max_bytes` of values (tests use small
+    /// parts to exercise the split that large tensors get).
+    pub fn from_packed_split(
+        gpu: &Gpu,
+        name: &str,
+        p: gpu_layout::Packed,
+        rows: usize,
+        cols: usize,
+        max_bytes: u64,
+    ) -> Result<GpuMatrix> {
+        let blocks_per_row = cols / 32;
+        let row_words = blocks_per_row * p.format.qs_words_per_block();
+        let max_rows = ((max_bytes / 4) as usize / row_words).max(2);
+        // Parts start on an even row so f16 scales (two per word) split cleanly.
+        let per_part = if max_rows >= rows {
+            rows
+        } else {
+            max_rows & !1
+        };
+        let mut parts = Vec::new();
+        for row0 in (0..rows).step_by(per_part.max(1)) {
+            let n = per_part.min(rows - row0);
+            let qs = &p.qs[row0 * row_words..(row0 + n) * row_words];
+            let scales = match p.format {
+                GpuFormat::F32 | GpuFormat::F16 => &p.scales[..],
+                GpuFormat::Q4_1 => &p.scales[row0 * blocks_per_row..(row0 + n) * blocks_per_row],
+                _ => {
+                    let (a, b) = (
+                        row0 * blocks_per_row / 2,
+                        ((row0 + n) * blocks_per_row).div_ceil(2),
+                    );
+                    &p.scales[a..b.min(p.scales.len())]
+                }
+            };
+            parts.push(Part {
+                row0,
+                rows: n,
+                qs: gpu.upload_u32(&format!("{name} qs"), qs)?,
+                scales: gpu.upload_u32(&format!("{name} scales"), scales)?,
+            });
+        }
+        Ok(GpuMatrix {
+            format: p.format,
+            rows,
+            cols,
+            parts,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.qs.size() + p.scales.size())
+            .sum()
+    }
+}
+
+/// Where a matmul reads and writes: y[t·y_stride + y_offset + row] (+)= W·x[t·x_stride..].
+pub struct Io<'a> {
+    pub x: &'a wgpu::Buffer,
+    pub x_stride: usize,
+    pub y: &'a wgpu::Buffer,
+    pub y_stride: usize,
+    pub y_offset: usize,
+    pub accumulate: bool,
+}
+
+/// Threads per row for the GEMV: enough to cover the row's blocks, at most 64.
+fn threads_per_row(cols: usize) -> u32 {
+    ((cols / 32).next_power_of_two() as u32).clamp(4, 64)
+}
+
+/// One token: y = W·x (token 0 of x).
+pub fn gemv(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    m: &GpuMatrix,
+    io: &Io,
+) -> Result<()> {
+    let tpr = threads_per_row(m.cols);
+    for p in &m.parts {
+        let pipe = k.pipe(
+            Shader::MatmulGemv,
+            &[
+                ("FORMAT", m.format as u32 as f64),
+                ("K", m.cols as f64),
+                ("N", p.rows as f64),
+                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("ACCUMULATE", io.accumulate as u32 as f64),
+                ("TPR", tpr as f64),
+            ],
+        )?;
+        let groups = (p.rows as u32).div_ceil(256 / tpr);
+        k.dispatch(
+            pass,
+            &pipe,
+            &[step, &p.qs, &p.scales, io.x, io.y],
+            grid(groups),
+        );
+    }
+    Ok(())
+}
+
+/// `n_tokens` tokens through the tiled GEMM.
+pub fn gemm(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    m: &GpuMatrix,
+    io: &Io,
+    n_tokens: usize,
+) -> Result<()> {
+    for p in &m.parts {
+        let pipe = k.pipe(
+            Shader::MatmulGemm,
+            &[
+                ("FORMAT", m.format as u32 as f64),
+                ("K", m.cols as f64),
+                ("N", p.rows as f64),
+                ("X_STRIDE", io.x_stride as f64),
+                ("Y_STRIDE", io.y_stride as f64),
+                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("ACCUMULATE", io.accumulate as u32 as f64),
+            ],
+        )?;
+        let groups = [
+            (p.rows as u32).div_ceil(64),
+            (n_tokens as u32).div_ceil(16),
+            1,
+        ];
+        k.dispatch(pass, &pipe, &[step, &p.qs, &p.scales, io.x, io.y], groups);
+    }
+    Ok(())
+}
+
+/// Picks GEMV for one token, GEMM for more.
+pub fn matmul(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    m: &GpuMatrix,
+    io: &Io,
+    n_tokens: usize,
+) -> Result<()> {
+    if n_tokens == 1 {
+        gemv(k, pass, step, m, io)
+    } else {
+        gemm(k, pass, step, m, io, n_tokens)
+    }
+}
+
+/// out[t] = row tokens[t] of the table, for `n_tokens` tokens.
+pub fn embed(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    table: &GpuMatrix,
+    tokens: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    n_tokens: usize,
+) -> Result<()> {
+    for p in &table.parts {
+        let pipe = k.pipe(
+            Shader::Embed,
+            &[
+                ("FORMAT", table.format as u32 as f64),
+                ("HIDDEN", table.cols as f64),
+                ("ROW0", p.row0 as f64),
+                ("ROWS", p.rows as f64),
+            ],
+        )?;
+        k.dispatch(
+            pass,
+            &pipe,
+            &[step, &p.qs, &p.scales, tokens, out],
+            [n_tokens as u32, 1, 1],
+        );
+    }
+    Ok(())
+}

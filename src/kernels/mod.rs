@@ -1,0 +1,270 @@
+//! WGSL kernels: shader sources, the pipeline cache and one launcher per kernel, each
+//! beside the CPU reference it is tested against. Shapes are specialized with
+//! `override` constants; the only preprocessing is `#include` of the two shared
+//! files (weight and KV-cache decoding).
+
+pub mod attention;
+pub mod elementwise;
+pub mod matmul;
+pub mod sample;
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Shader {
+    MatmulGemv,
+    MatmulGemm,
+    Embed,
+    RmsNorm,
+    Rope,
+    KvWrite,
+    AttentionDecode,
+    AttentionReduce,
+    AttentionPrefill,
+    SwiGlu,
+    TopK,
+    Penalty,
+}
+
+/// How a kernel uses each binding, in binding order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Use {
+    Uniform,
+    Read,
+    Write,
+}
+
+use Use::{Read as R, Uniform as U, Write as W};
+
+impl Shader {
+    fn source(self) -> &'static str {
+        match self {
+            Shader::MatmulGemv => include_str!("../../shaders/matmul_gemv.wgsl"),
+            Shader::MatmulGemm => include_str!("../../shaders/matmul_gemm.wgsl"),
+            Shader::Embed => include_str!("../../shaders/embed.wgsl"),
+            Shader::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl"),
+            Shader::Rope => include_str!("../../shaders/rope.wgsl"),
+            Shader::KvWrite => include_str!("../../shaders/kv_write.wgsl"),
+            Shader::AttentionDecode => include_str!("../../shaders/attention_decode.wgsl"),
+            Shader::AttentionReduce => include_str!("../../shaders/attention_reduce.wgsl"),
+            Shader::AttentionPrefill => include_str!("../../shaders/attention_prefill.wgsl"),
+            Shader::SwiGlu => include_str!("../../shaders/swiglu.wgsl"),
+            Shader::TopK => include_str!("../../shaders/topk.wgsl"),
+            Shader::Penalty => include_str!("../../shaders/penalty.wgsl"),
+        }
+    }
+
+    fn bindings(self) -> &'static [Use] {
+        match self {
+            Shader::MatmulGemv | Shader::MatmulGemm | Shader::Embed => &[U, R, R, R, W],
+            Shader::RmsNorm => &[U, R, R, W],
+            Shader::Rope => &[U, R, W, R, R],
+            Shader::KvWrite => &[U, R, W, W, W, W],
+            Shader::AttentionDecode | Shader::AttentionPrefill => &[U, R, R, R, R, R, W],
+            Shader::AttentionReduce | Shader::SwiGlu => &[U, R, W],
+            Shader::TopK => &[R, R, W],
+            Shader::Penalty => &[R, W],
+        }
+    }
+}
+
+/// Replaces `#include "name"` lines with the shared file of that name.
+pub fn preprocess(src: &str) -> String {
+    let mut out = String::with_capacity(src.len() + 4096);
+    for line in src.lines() {
+        match line.trim().strip_prefix("#include ") {
+            Some(name) => out.push_str(match name.trim_matches('"') {
+                "weights.wgsl" => include_str!("../../shaders/weights.wgsl"),
+                "kv_cache.wgsl" => include_str!("../../shaders/kv_cache.wgsl"),
+                other => panic!("unknown WGSL include {other}"),
+            }),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+pub struct Pipe {
+    pub pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+struct Module {
+    module: wgpu::ShaderModule,
+    layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+}
+
+type PipeKey = (Shader, Vec<(&'static str, u64)>);
+
+/// Compiled shaders and specialized pipelines, created on first use and kept.
+pub struct Kernels {
+    device: wgpu::Device,
+    modules: Mutex<HashMap<Shader, Arc<Module>>>,
+    pipes: Mutex<HashMap<PipeKey, Arc<Pipe>>>,
+}
+
+impl Kernels {
+    pub fn new(device: &wgpu::Device) -> Self {
+        Kernels {
+            device: device.clone(),
+            modules: Default::default(),
+            pipes: Default::default(),
+        }
+    }
+
+    fn module(&self, shader: Shader) -> Result<Arc<Module>> {
+        let mut modules = self
+            .modules
+            .lock()
+            .map_err(|_| Error::gpu("kernel cache poisoned"))?;
+        if let Some(m) = modules.get(&shader) {
+            return Ok(m.clone());
+        }
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&format!("{shader:?}")),
+                source: wgpu::ShaderSource::Wgsl(preprocess(shader.source()).into()),
+            });
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = shader
+            .bindings()
+            .iter()
+            .enumerate()
+            .map(|(i, u)| wgpu::BindGroupLayoutEntry {
+                binding: i as u32,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: match u {
+                        Use::Uniform => wgpu::BufferBindingType::Uniform,
+                        Use::Read => wgpu::BufferBindingType::Storage { read_only: true },
+                        Use::Write => wgpu::BufferBindingType::Storage { read_only: false },
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&format!("{shader:?}")),
+                entries: &entries,
+            });
+        let pipeline_layout = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&format!("{shader:?}")),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let m = Arc::new(Module {
+            module,
+            layout,
+            pipeline_layout,
+        });
+        modules.insert(shader, m.clone());
+        Ok(m)
+    }
+
+    /// The pipeline of `shader` specialized with `constants` (override name, value).
+    pub fn pipe(&self, shader: Shader, constants: &[(&'static str, f64)]) -> Result<Arc<Pipe>> {
+        let key: PipeKey = (
+            shader,
+            constants.iter().map(|(k, v)| (*k, v.to_bits())).collect(),
+        );
+        if let Some(p) = self
+            .pipes
+            .lock()
+            .map_err(|_| Error::gpu("kernel cache poisoned"))?
+            .get(&key)
+        {
+            return Ok(p.clone());
+        }
+        let m = self.module(shader)?;
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&format!("{shader:?}")),
+                layout: Some(&m.pipeline_layout),
+                module: &m.module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    // Every kernel writes its workgroup memory before reading it.
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        let pipe = Arc::new(Pipe {
+            pipeline,
+            layout: m.layout.clone(),
+        });
+        self.pipes
+            .lock()
+            .map_err(|_| Error::gpu("kernel cache poisoned"))?
+            .insert(key, pipe.clone());
+        Ok(pipe)
+    }
+
+    /// Records one dispatch: binding i is `buffers[i]`.
+    pub fn dispatch(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        pipe: &Pipe,
+        buffers: &[&wgpu::Buffer],
+        groups: [u32; 3],
+    ) {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipe.layout,
+            entries: &entries,
+        });
+        pass.set_pipeline(&pipe.pipeline);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+    }
+}
+
+/// Workgroups for `n` as (x, y) under the 65,535-per-dimension limit.
+pub fn grid(n: u32) -> [u32; 3] {
+    if n <= 65_535 {
+        [n.max(1), 1, 1]
+    } else {
+        [65_535, n.div_ceil(65_535), 1]
+    }
+}
+
+/// The per-step values every kernel reads from its uniform (binding 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Step {
+    pub n_tokens: u32,
+    pub pos0: u32,
+    pub kv_len: u32,
+    pub n_splits: u32,
+}
+
+impl Step {
+    pub fn new(n_tokens: usize, pos0: usize) -> Step {
+        let kv_len = (pos0 + n_tokens) as u32;
+        Step {
+            n_tokens: n_tokens as u32,
+            pos0: pos0 as u32,
+            kv_len,
+            n_splits: kv_len.div_ceil(attention::CHUNK),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Sampling support on the GPU so decode reads back a few (id, logit) pairs instead of
+//! the logits: top-k selection (`topk.wgsl`, k = 1 is argmax) and the repetition
+//! penalty (`penalty.wgsl`). CPU reference: `sampler`.
+
+use super::{Kernels, Shader};
+use crate::error::Result;
+use crate::gpu::Gpu;
+
+/// Logits per first-pass workgroup.
+const CH: usize = 1024;
+/// Largest k the GPU selects; sampling with a larger (or no) top-k considers these
+/// most likely tokens only.
+pub const MAX_K: usize = 64;
+
+/// Buffers for one vocabulary size.
+pub struct TopK {
+    vocab: usize,
+    stage1: wgpu::Buffer,
+    pub out: wgpu::Buffer,
+    dummy: wgpu::Buffer,
+}
+
+impl TopK {
+    pub fn new(gpu: &Gpu, vocab: usize) -> Result<TopK> {
+        let chunks = vocab.div_ceil(CH);
+        Ok(TopK {
+            vocab,
+            stage1: gpu.storage("top-k stage 1", (chunks * MAX_K * 8) as u64)?,
+            out: gpu.storage("top-k", (MAX_K * 8) as u64)?,
+            dummy: gpu.storage("top-k dummy", 8)?,
+        })
+    }
+
+    /// Selects the `kk` largest of `logits` (vocab floats) into `out` as (id, f32 bits).
+    pub fn encode(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        logits: &wgpu::Buffer,
+        kk: usize,
+    ) -> Result<()> {
+        let kk = kk.clamp(1, MAX_K);
+        let chunks = self.vocab.div_ceil(CH);
+        let p1 = k.pipe(
+            Shader::TopK,
+            &[
+                ("FIRST", 1.0),
+                ("N", self.vocab as f64),
+                ("CH", CH as f64),
+                ("KSEL", kk as f64),
+            ],
+        )?;
+        k.dispatch(
+            pass,
+            &p1,
+            &[logits, &self.dummy, &self.stage1],
+            [chunks as u32, 1, 1],
+        );
+        let n2 = chunks * kk;
+        let p2 = k.pipe(
+            Shader::TopK,
+            &[
+                ("FIRST", 0.0),
+                ("N", n2 as f64),
+                ("CH", n2 as f64),
+                ("KSEL", kk as f64),
+            ],
+        )?;
+        k.dispatch(
+            pass,
+            &p2,
+            &[&self.dummy, &self.stage1, &self.out],
+            [1, 1, 1],
+        );
+        Ok(())
+    }
+}
+
+/// Decodes `kk` read-back pairs, dropping the filler of a vocabulary smaller than k.
+pub fn decode_pairs(bytes: &[u8], vocab: usize) -> Vec<(u32, f32)> {
+    bytes
+        .chunks_exact(8)
+        .map(|p| {
+            let id = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+            (id, f32::from_le_bytes([p[4], p[5], p[6], p[7]]))
+        })
+        .filter(|(id, _)| (*id as usize) < vocab)
+        .collect()
+}
+
+/// Applies the repetition penalty to `logits` for the listed token ids (`ids` holds
+/// the count, then distinct ids).
+pub fn penalty(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    ids: &wgpu::Buffer,
+    logits: &wgpu::Buffer,
+    p: f32,
+) -> Result<()> {
+    let pipe = k.pipe(Shader::Penalty, &[("PENALTY", p as f64)])?;
+    k.dispatch(pass, &pipe, &[ids, logits], [1, 1, 1]);
+    Ok(())
+}

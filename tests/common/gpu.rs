@@ -1,0 +1,65 @@
+//! A shared GPU (lavapipe on CPU-only machines) and helpers to run one kernel.
+#![allow(dead_code)]
+
+use pippin::gpu::{Caps, Gpu};
+use pippin::kernels::{Kernels, Step};
+use std::sync::OnceLock;
+
+pub struct Ctx {
+    pub gpu: Gpu,
+    pub k: Kernels,
+}
+
+/// The baseline path: no shader-f16, no subgroups (what the browser's software adapter has).
+pub fn ctx() -> &'static Ctx {
+    static C: OnceLock<Ctx> = OnceLock::new();
+    C.get_or_init(|| {
+        let gpu = pollster::block_on(Gpu::new(Caps::default()))
+            .expect("a GPU adapter (install mesa-vulkan-drivers)");
+        let k = Kernels::new(&gpu.device);
+        Ctx { gpu, k }
+    })
+}
+
+impl Ctx {
+    pub fn step(&self, n_tokens: usize, pos0: usize) -> wgpu::Buffer {
+        self.gpu
+            .uniform("step", bytemuck::bytes_of(&Step::new(n_tokens, pos0)))
+    }
+
+    /// Records kernels with `f` in one pass, submits, and waits.
+    pub fn run(&self, f: impl FnOnce(&mut wgpu::ComputePass)) {
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            f(&mut pass);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+    }
+
+    pub fn read(&self, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+        pollster::block_on(self.gpu.read_f32(b, 0, n as u64)).expect("read-back")
+    }
+
+    pub fn buf(&self, x: &[f32]) -> wgpu::Buffer {
+        self.gpu.upload_f32("test", x).unwrap()
+    }
+
+    pub fn zeros(&self, n: usize) -> wgpu::Buffer {
+        self.gpu.storage("test out", (n * 4) as u64).unwrap()
+    }
+}
+
+/// Deterministic values in about [-1, 1].
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = pippin::sampler::Rng::new(seed);
+    (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
+}
+
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}

@@ -1,0 +1,184 @@
+//! Matmul (GEMV and tiled GEMM) and embedding kernels against the CPU reference, for
+//! every weight format, over awkward shapes.
+
+mod common;
+
+use common::gpu::{ctx, max_diff, values};
+use pippin::kernels::matmul::{self, GpuMatrix, Io};
+use pippin::model::reference;
+use pippin::quant::gpu_layout::pack;
+use pippin::quant::{dequantize, encode, GgmlType};
+
+const TYPES: [GgmlType; 6] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+];
+
+fn encode_as(ty: GgmlType, w: &[f32]) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => encode::f32s(w),
+        GgmlType::F16 => encode::f16s(w),
+        GgmlType::BF16 => w
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        GgmlType::Q8_0 => encode::q8_0(w),
+        GgmlType::Q4_0 => encode::q4_0(w),
+        GgmlType::Q4_1 => encode::q4_1(w),
+        _ => unreachable!(),
+    }
+}
+
+/// Runs y = W·x for `t` tokens on the GPU (accumulating onto `y0` when given) and
+/// compares with the CPU on the dequantized weights.
+fn check(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    t: usize,
+    split_bytes: Option<u64>,
+    accumulate: bool,
+) {
+    let c = ctx();
+    let w = values(rows * cols, (rows * 31 + cols) as u64);
+    let bytes = encode_as(ty, &w);
+    let wq = dequantize(ty, &bytes, rows * cols).unwrap();
+    let packed = pack(ty, &bytes, rows * cols).unwrap();
+    let m = match split_bytes {
+        Some(b) => GpuMatrix::from_packed_split(&c.gpu, "w", packed, rows, cols, b).unwrap(),
+        None => GpuMatrix::from_packed(&c.gpu, "w", packed, rows, cols).unwrap(),
+    };
+    if split_bytes.is_some() {
+        assert!(m.parts.len() > 1, "the matrix should be split");
+    }
+    let x = values(t * cols, 7);
+    let y0 = values(t * rows, 9);
+    let (xb, yb) = (c.buf(&x), c.buf(&y0));
+    let step = c.step(t, 0);
+    c.run(|pass| {
+        let io = Io {
+            x: &xb,
+            x_stride: cols,
+            y: &yb,
+            y_stride: rows,
+            y_offset: 0,
+            accumulate,
+        };
+        matmul::matmul(&c.k, pass, &step, &m, &io, t).unwrap();
+    });
+    let got = c.read(&yb, t * rows);
+    let mut want = reference::matmul(&x, &wq, cols);
+    if accumulate {
+        want.iter_mut().zip(&y0).for_each(|(a, b)| *a += b);
+    }
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    let d = max_diff(&got, &want);
+    assert!(
+        d <= 2e-5 * scale * (cols as f32).sqrt(),
+        "{ty} {rows}x{cols} t={t}: max diff {d}"
+    );
+}
+
+#[test]
+fn gemv_every_format_awkward_shapes() {
+    for ty in TYPES {
+        for (rows, cols) in [(1, 32), (37, 96), (129, 576), (300, 64)] {
+            check(ty, rows, cols, 1, None, false);
+        }
+    }
+}
+
+#[test]
+fn gemm_every_format_awkward_shapes() {
+    for ty in TYPES {
+        for (rows, cols, t) in [(1, 32, 2), (37, 96, 5), (130, 160, 17), (65, 64, 33)] {
+            check(ty, rows, cols, t, None, false);
+        }
+    }
+}
+
+#[test]
+fn accumulate_fuses_the_residual_add() {
+    check(GgmlType::Q4_1, 70, 96, 1, None, true);
+    check(GgmlType::Q8_0, 70, 96, 3, None, true);
+}
+
+#[test]
+fn matrices_split_across_bindings() {
+    // Parts of ~10 rows: the split that tensors over maxStorageBufferBindingSize get.
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0] {
+        check(ty, 45, 64, 1, Some(10 * 64), false);
+        check(ty, 45, 64, 19, Some(10 * 64), false);
+    }
+}
+
+#[test]
+fn strided_output_lands_at_the_offset() {
+    // Two matrices writing into one fused [t][a + b] buffer, as q/k/v do.
+    let c = ctx();
+    let (a, b, cols, t) = (40, 24, 64, 3);
+    let wa = values(a * cols, 1);
+    let wb = values(b * cols, 2);
+    let ma = GpuMatrix::upload(&c.gpu, "a", GgmlType::F32, &encode::f32s(&wa), a, cols).unwrap();
+    let mb = GpuMatrix::upload(&c.gpu, "b", GgmlType::F32, &encode::f32s(&wb), b, cols).unwrap();
+    let x = values(t * cols, 3);
+    let (xb, yb) = (c.buf(&x), c.zeros(t * (a + b)));
+    let step = c.step(t, 0);
+    c.run(|pass| {
+        let io = |off| Io {
+            x: &xb,
+            x_stride: cols,
+            y: &yb,
+            y_stride: a + b,
+            y_offset: off,
+            accumulate: false,
+        };
+        matmul::gemm(&c.k, pass, &step, &ma, &io(0), t).unwrap();
+        matmul::gemm(&c.k, pass, &step, &mb, &io(a), t).unwrap();
+    });
+    let got = c.read(&yb, t * (a + b));
+    let (ya, yb_) = (
+        reference::matmul(&x, &wa, cols),
+        reference::matmul(&x, &wb, cols),
+    );
+    for ti in 0..t {
+        let row = &got[ti * (a + b)..][..a + b];
+        assert!(max_diff(&row[..a], &ya[ti * a..][..a]) < 1e-4);
+        assert!(max_diff(&row[a..], &yb_[ti * b..][..b]) < 1e-4);
+    }
+}
+
+#[test]
+fn embedding_gather_every_format_and_split() {
+    let c = ctx();
+    let (vocab, hidden) = (51, 96);
+    let table = values(vocab * hidden, 5);
+    let tokens = [0u32, 50, 7, 7, 23, 49];
+    for ty in TYPES {
+        let bytes = encode_as(ty, &table);
+        let deq = dequantize(ty, &bytes, vocab * hidden).unwrap();
+        for split in [None, Some(12 * 96 * 4)] {
+            let packed = pack(ty, &bytes, vocab * hidden).unwrap();
+            let m = GpuMatrix::from_packed_split(
+                &c.gpu,
+                "e",
+                packed,
+                vocab,
+                hidden,
+                split.unwrap_or(u64::MAX),
+            )
+            .unwrap();
+            let tb = c.gpu.upload_u32("tokens", &tokens).unwrap();
+            let out = c.zeros(tokens.len() * hidden);
+            let step = c.step(tokens.len(), 0);
+            c.run(|pass| matmul::embed(&c.k, pass, &step, &m, &tb, &out, tokens.len()).unwrap());
+            let got = c.read(&out, tokens.len() * hidden);
+            let want = reference::embed(&deq, hidden, vocab, &tokens).unwrap();
+            assert_eq!(got, want, "{ty} split {split:?}");
+        }
+    }
+}
