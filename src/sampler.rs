@@ -109,20 +109,26 @@ impl Sampler {
         cands.last().map_or(0, |c| c.0)
     }
 
-    fn penalize(&self, logits: &mut [f32], history: &[u32]) {
+    /// Applies the repetition penalty to the tokens of `penalized_ids(history)`.
+    pub fn penalize(&self, logits: &mut [f32], history: &[u32]) {
         let p = self.opts.repetition_penalty;
         if p == 1.0 {
             return;
         }
-        let recent = &history[history.len().saturating_sub(self.opts.repeat_last_n)..];
-        let mut seen = std::collections::HashSet::new();
-        for &t in recent {
+        for t in self.penalized_ids(history) {
             if let Some(l) = logits.get_mut(t as usize) {
-                if seen.insert(t) {
-                    *l = if *l > 0.0 { *l / p } else { *l * p };
-                }
+                *l = if *l > 0.0 { *l / p } else { *l * p };
             }
         }
+    }
+
+    /// The distinct tokens among the last `repeat_last_n` of `history`.
+    pub fn penalized_ids(&self, history: &[u32]) -> Vec<u32> {
+        let recent = &history[history.len().saturating_sub(self.opts.repeat_last_n)..];
+        let mut ids = recent.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// (token, probability) after temperature and the filters, most likely first;
