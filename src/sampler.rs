@@ -97,7 +97,28 @@ impl Sampler {
         if self.opts.temperature == 0.0 {
             return argmax(logits) as u32;
         }
-        let cands = self.candidates(logits);
+        let all: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        self.draw(all)
+    }
+
+    /// Picks from a backend's result: full logits (penalty applied here) or the GPU's
+    /// best candidates (penalty already applied there).
+    pub fn choose(&mut self, logits: crate::engine::Logits, history: &[u32]) -> u32 {
+        match logits {
+            crate::engine::Logits::Full(mut l) => self.sample(&mut l, history),
+            crate::engine::Logits::Top(c) if self.opts.temperature == 0.0 => {
+                c.first().map_or(0, |e| e.0)
+            }
+            crate::engine::Logits::Top(c) => self.draw(c),
+        }
+    }
+
+    fn draw(&mut self, logits: Vec<(u32, f32)>) -> u32 {
+        let cands = self.candidates_of(logits);
         let r = self.rng.next_f32() * cands.iter().map(|c| c.1).sum::<f32>();
         let mut acc = 0.0;
         for &(id, p) in &cands {
@@ -134,12 +155,21 @@ impl Sampler {
     /// (token, probability) after temperature and the filters, most likely first;
     /// probabilities are not renormalized (the draw scales by their sum).
     pub fn candidates(&self, logits: &[f32]) -> Vec<(u32, f32)> {
+        self.candidates_of(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l))
+                .collect(),
+        )
+    }
+
+    fn candidates_of(&self, mut c: Vec<(u32, f32)>) -> Vec<(u32, f32)> {
         let o = &self.opts;
-        let mut c: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l / o.temperature))
-            .collect();
+        if c.is_empty() {
+            return c;
+        }
+        c.iter_mut().for_each(|e| e.1 /= o.temperature);
         let k = if o.top_k == 0 {
             c.len()
         } else {

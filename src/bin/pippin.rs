@@ -1,9 +1,11 @@
 //! The native command line: `pippin generate`, `pippin info`.
 
 use clap::{Args, Parser, Subcommand};
-use pippin::engine::{self, CpuSession, GenerateOptions};
+use pippin::engine::{self, CpuSession, GenerateOptions, GpuModel, GpuSession, SessionOptions};
 use pippin::gguf::Gguf;
+use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, Config};
+use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::{Message, Tokenizer};
 use pippin::{Error, Result};
@@ -48,9 +50,15 @@ struct GenerateArgs {
     system: Option<String>,
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
-    /// Run the plain-Rust CPU reference model.
+    /// Run the plain-Rust CPU reference model instead of the GPU.
     #[arg(long)]
     cpu: bool,
+    /// KV cache format on the GPU: int8, int4, f16 or f32.
+    #[arg(long, default_value = "int8", value_parser = parse_kv)]
+    kv: KvFormat,
+    /// Most tokens a conversation may hold on the GPU.
+    #[arg(long, default_value_t = 4096)]
+    max_context: usize,
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -81,11 +89,13 @@ fn main() {
     }
 }
 
+fn parse_kv(s: &str) -> std::result::Result<KvFormat, String> {
+    KvFormat::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a KV cache format (int8, int4, f16, f32)"))
+}
+
 fn generate(a: GenerateArgs) -> Result<()> {
-    if !a.cpu {
-        eprintln!("note: the GPU engine is not built yet; running the CPU reference model");
-    }
-    let (gguf, model) = load_reference(&a.model)?;
+    let (gguf, _) = Gguf::open(&a.model)?;
     let tk = Tokenizer::from_gguf(&gguf.metadata)?;
     let (text, parse_special) = if a.chat {
         let mut msgs = Vec::new();
@@ -109,19 +119,41 @@ fn generate(a: GenerateArgs) -> Result<()> {
             seed: a.seed,
             ..Default::default()
         },
-        stop: a.stop,
+        stop: a.stop.clone(),
     };
-    let mut session = CpuSession::new(&model);
     let mut out = std::io::stdout().lock();
-    let (finish, u) = engine::generate(&mut session, &tk, &prompt, &opts, |piece, _| {
-        // A closed pipe (e.g. `| head`) ends generation quietly.
+    // A closed pipe (e.g. `| head`) ends generation quietly.
+    let on_text = |piece: &str, _| {
         out.write_all(piece.as_bytes())
             .and_then(|_| out.flush())
             .is_ok()
-    })?;
-    let _ = writeln!(out);
+    };
+    let (finish, u, engine) = if a.cpu {
+        let (_, model) = load_reference(&a.model)?;
+        let mut session = CpuSession::new(&model);
+        let (f, u) =
+            pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
+        (f, u, "CPU reference".to_string())
+    } else {
+        let gpu = pollster::block_on(Gpu::new(Caps {
+            shader_f16: true,
+            subgroups: true,
+        }))?;
+        let name = format!("GPU {} ({})", gpu.adapter.name, gpu.adapter.backend);
+        let model = GpuModel::load_file(gpu, &a.model, &mut |_, _| {})?;
+        let so = SessionOptions {
+            max_context: a.max_context,
+            kv: a.kv,
+            ..Default::default()
+        };
+        let mut session = GpuSession::new(&model, so)?;
+        let (f, u) =
+            pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
+        (f, u, format!("{name}, KV {:?}", a.kv))
+    };
+    let _ = writeln!(std::io::stdout());
     eprintln!(
-        "[{} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, finish: {finish:?}]",
+        "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, finish: {finish:?}]",
         u.prompt_tokens,
         u.generated_tokens,
         u.prefill_tokens_per_s(),

@@ -1,12 +1,13 @@
 //! The CPU reference model as a generation backend (`pippin generate --cpu`).
 
-use super::Backend;
+use super::{Backend, Logits, Want};
 use crate::error::Result;
 use crate::model::{KvCache, Reference};
 
 pub struct CpuSession<'m> {
     model: &'m Reference,
     cache: KvCache,
+    tokens: Vec<u32>,
 }
 
 impl<'m> CpuSession<'m> {
@@ -14,16 +15,24 @@ impl<'m> CpuSession<'m> {
         CpuSession {
             model,
             cache: KvCache::new(&model.config),
+            tokens: Vec::new(),
         }
     }
 }
 
 impl Backend for CpuSession<'_> {
-    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.model.forward(&mut self.cache, tokens, false)
+    /// Always the full logits: the sampler applies the penalty and filters on the CPU.
+    async fn forward(&mut self, tokens: &[u32], _want: Want<'_>) -> Result<Logits> {
+        let logits = self.model.forward(&mut self.cache, tokens, false)?;
+        self.tokens.extend_from_slice(tokens);
+        Ok(Logits::Full(logits))
     }
-    fn position(&self) -> usize {
-        self.cache.len
+    fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+    fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+        self.cache.truncate(len, self.model.config.kv_dim());
     }
     fn context_length(&self) -> usize {
         self.model.config.context_length

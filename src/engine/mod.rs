@@ -2,25 +2,70 @@
 //! and stop (stop tokens, stop strings, max tokens, context length, abort).
 
 mod cpu;
+mod gpu_model;
+mod gpu_session;
 mod stop;
 
 pub use cpu::CpuSession;
+pub use gpu_model::{GpuLayer, GpuModel};
+pub use gpu_session::{GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
 use crate::sampler::{Sampler, SamplerOptions};
+
+/// Most candidates sampling considers: the GPU selects at most this many tokens, so
+/// top-p and min-p act within the 64 most likely (their tail beyond is negligible).
+pub const MAX_CANDIDATES: usize = crate::kernels::sample::MAX_K;
 use crate::tokenizer::{TextStream, Tokenizer};
 use serde::{Deserialize, Serialize};
 use stop::StopStrings;
 use web_time::Instant;
 
-/// Something that runs the model: the CPU reference now, the GPU engine later.
+/// What the caller needs from a forward pass.
+#[derive(Clone, Debug)]
+pub struct Want<'a> {
+    /// `Some(k)`: the k most likely tokens (1 = greedy); `None`: all the logits.
+    pub top_k: Option<usize>,
+    /// Repetition penalty applied to `penalty_ids` before selection (1 = none).
+    pub penalty: f32,
+    pub penalty_ids: &'a [u32],
+}
+
+impl Want<'_> {
+    pub fn logits() -> Want<'static> {
+        Want {
+            top_k: None,
+            penalty: 1.0,
+            penalty_ids: &[],
+        }
+    }
+}
+
+/// A forward pass's result for the last token.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Logits {
+    /// Every logit, before any penalty.
+    Full(Vec<f32>),
+    /// The most likely tokens, best first, after the penalty.
+    Top(Vec<(u32, f32)>),
+}
+
+/// Something that runs the model: the CPU reference or the GPU engine. It keeps the
+/// tokens its KV cache holds, so a conversation only runs what is new.
+#[allow(async_fn_in_trait)]
 pub trait Backend {
-    /// Runs `tokens` after those already in the KV cache; returns the logits of the
-    /// last one.
-    fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Runs `tokens` after those already in the KV cache.
+    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits>;
     /// Tokens in the KV cache.
-    fn position(&self) -> usize;
+    fn tokens(&self) -> &[u32];
+    /// Forgets cached tokens from `len` on.
+    fn truncate(&mut self, len: usize);
     fn context_length(&self) -> usize;
+}
+
+/// How many leading tokens two sequences share.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +103,8 @@ pub enum FinishReason {
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub prompt_tokens: usize,
+    /// Prompt tokens found in the KV cache from an earlier turn (not run again).
+    pub cached_tokens: usize,
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
@@ -85,10 +132,10 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
-/// Generates after `prompt`, calling `on_text(text, token)` for each piece of text;
-/// returning `false` from it aborts. The backend's KV cache keeps everything that
-/// was run, so a later call continues the conversation.
-pub fn generate<B: Backend>(
+/// Generates after `prompt` (the whole conversation so far), calling
+/// `on_text(text, token)` for each piece of text; returning `false` from it aborts.
+/// The part of `prompt` already in the backend's KV cache is not run again.
+pub async fn generate<B: Backend>(
     backend: &mut B,
     tk: &Tokenizer,
     prompt: &[u32],
@@ -99,32 +146,46 @@ pub fn generate<B: Backend>(
     if prompt.is_empty() {
         return Err(Error::invalid("the prompt is empty"));
     }
-    let (used, ctx) = (backend.position(), backend.context_length());
-    if used + prompt.len() >= ctx {
+    let ctx = backend.context_length();
+    if prompt.len() >= ctx {
         return Err(Error::invalid(format!(
-            "the prompt has {} tokens but only {} of the context of {ctx} are left",
-            prompt.len(),
-            ctx.saturating_sub(used + 1)
+            "the prompt has {} tokens but the context holds {ctx} (and one more is needed to answer)",
+            prompt.len()
         )));
     }
+    // Reuse the KV cache of an earlier turn: run only what differs, at least one token.
+    let keep = common_prefix(backend.tokens(), prompt).min(prompt.len() - 1);
+    backend.truncate(keep);
     let mut usage = Usage {
         prompt_tokens: prompt.len(),
+        cached_tokens: keep,
         ..Default::default()
     };
     let mut sampler = Sampler::new(opts.sampler.clone());
     let mut history = prompt.to_vec();
     let mut text = TextStream::new();
     let mut stops = StopStrings::new(&opts.stop);
+    let top_k = match (opts.sampler.temperature, opts.sampler.top_k) {
+        (t, _) if t == 0.0 => 1,
+        (_, 0) => MAX_CANDIDATES,
+        (_, k) => k.min(MAX_CANDIDATES),
+    };
 
     let t0 = Instant::now();
-    let mut logits = backend.forward(prompt)?;
+    let ids = sampler.penalized_ids(&history);
+    let want = Want {
+        top_k: Some(top_k),
+        penalty: opts.sampler.repetition_penalty,
+        penalty_ids: &ids,
+    };
+    let mut logits = backend.forward(&prompt[keep..], want).await?;
     usage.prefill_ms = ms_since(t0);
     let t1 = Instant::now();
     let finish = loop {
         if usage.generated_tokens >= opts.max_tokens {
             break FinishReason::Length;
         }
-        let token = sampler.sample(&mut logits, &history);
+        let token = sampler.choose(logits, &history);
         usage.generated_tokens += 1;
         if tk.stop_tokens().contains(&token) {
             break FinishReason::Stop;
@@ -137,10 +198,16 @@ pub fn generate<B: Backend>(
         if hit {
             break FinishReason::Stop;
         }
-        if usage.generated_tokens >= opts.max_tokens || backend.position() + 1 >= ctx {
+        if usage.generated_tokens >= opts.max_tokens || backend.tokens().len() + 1 >= ctx {
             break FinishReason::Length;
         }
-        logits = backend.forward(&[token])?;
+        let ids = sampler.penalized_ids(&history);
+        let want = Want {
+            top_k: Some(top_k),
+            penalty: opts.sampler.repetition_penalty,
+            penalty_ids: &ids,
+        };
+        logits = backend.forward(&[token], want).await?;
     };
     usage.decode_ms = ms_since(t1);
     if finish != FinishReason::Abort {

@@ -1,0 +1,356 @@
+//! A conversation on the GPU: its KV cache, activation buffers and position. One
+//! command buffer per decode step; prefill in chunks; only the sampled candidates
+//! (or, for tests, the logits) are read back.
+
+use super::gpu_model::GpuModel;
+use super::{Backend, Logits, Want};
+use crate::error::{Error, Result};
+use crate::kernels::attention::{self, LayerCache, CHUNK};
+use crate::kernels::matmul::{self, Io};
+use crate::kernels::sample::{self, TopK};
+use crate::kernels::{elementwise, Step};
+use crate::quant::kv::KvFormat;
+
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Most tokens the conversation may hold (capped at the model's context length).
+    pub max_context: usize,
+    pub kv: KvFormat,
+    /// Tokens per prefill chunk.
+    pub chunk: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            max_context: 4096,
+            kv: KvFormat::Int8,
+            chunk: 64,
+        }
+    }
+}
+
+/// Activations for up to `chunk` tokens.
+struct Buffers {
+    step: wgpu::Buffer,
+    tokens: wgpu::Buffer,
+    x: wgpu::Buffer,
+    h: wgpu::Buffer,
+    qkv: wgpu::Buffer,
+    att: wgpu::Buffer,
+    gu: wgpu::Buffer,
+    act: wgpu::Buffer,
+    part: wgpu::Buffer,
+    last: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    penalty_ids: wgpu::Buffer,
+    rope: wgpu::Buffer,
+}
+
+const MAX_PENALTY_IDS: usize = 1024;
+
+pub struct GpuSession<'m> {
+    m: &'m GpuModel,
+    opts: SessionOptions,
+    cache: Vec<LayerCache>,
+    b: Buffers,
+    topk: TopK,
+    tokens: Vec<u32>,
+}
+
+impl<'m> GpuSession<'m> {
+    pub fn new(m: &'m GpuModel, mut opts: SessionOptions) -> Result<Self> {
+        let c = &m.config;
+        let g = &m.gpu;
+        opts.max_context = opts.max_context.clamp(1, c.context_length);
+        opts.chunk = opts.chunk.clamp(1, 256);
+        let (n, f4) = (opts.chunk as u64, 4u64);
+        let splits = opts.max_context.div_ceil(CHUNK as usize) as u64;
+        let table = elementwise::rope_table(c, &m.rope_freqs, opts.max_context);
+        let b = Buffers {
+            step: g.uniform("step", bytemuck::bytes_of(&Step::default())),
+            tokens: g.storage("tokens", n * 4)?,
+            x: g.storage("x", n * c.hidden as u64 * f4)?,
+            h: g.storage("h", n * c.hidden as u64 * f4)?,
+            qkv: g.storage("qkv", n * (c.q_dim() + 2 * c.kv_dim()) as u64 * f4)?,
+            att: g.storage("attention out", n * c.q_dim() as u64 * f4)?,
+            gu: g.storage("gate|up", n * 2 * c.ffn_dim as u64 * f4)?,
+            act: g.storage("swiglu", n * c.ffn_dim as u64 * f4)?,
+            part: g.storage(
+                "attention partials",
+                c.n_heads as u64 * splits * (c.head_dim as u64 + 2) * f4,
+            )?,
+            last: g.storage("last hidden", c.hidden as u64 * f4)?,
+            logits: g.storage("logits", c.vocab_size as u64 * f4)?,
+            penalty_ids: g.storage("penalty ids", (MAX_PENALTY_IDS as u64 + 1) * 4)?,
+            rope: g.upload_f32("rope table", &table)?,
+        };
+        let cache = (0..c.n_layers)
+            .map(|_| LayerCache::new(g, c, opts.kv, opts.max_context))
+            .collect::<Result<Vec<_>>>()?;
+        let topk = TopK::new(g, c.vocab_size)?;
+        g.take_error()?;
+        Ok(GpuSession {
+            m,
+            opts,
+            cache,
+            b,
+            topk,
+            tokens: Vec::new(),
+        })
+    }
+
+    pub fn kv_bytes(&self) -> u64 {
+        self.cache.iter().map(LayerCache::bytes).sum()
+    }
+
+    /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`).
+    fn encode_layers(&self, pass: &mut wgpu::ComputePass, n: usize, pos0: usize) -> Result<()> {
+        let (m, c, b, k) = (self.m, &self.m.config, &self.b, &self.m.kernels);
+        let (qd, kd, f) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let qkv_stride = qd + 2 * kd;
+        matmul::embed(k, pass, &b.step, &m.embed, &b.tokens, &b.x, n)?;
+        for (l, w) in m.layers.iter().enumerate() {
+            elementwise::rmsnorm(
+                k,
+                pass,
+                &b.step,
+                &w.attn_norm,
+                &b.x,
+                &b.h,
+                c.hidden,
+                c.rms_eps,
+                n,
+                false,
+            )?;
+            for (mat, off) in [(&w.wq, 0), (&w.wk, qd), (&w.wv, qd + kd)] {
+                let io = Io {
+                    x: &b.h,
+                    x_stride: c.hidden,
+                    y: &b.qkv,
+                    y_stride: qkv_stride,
+                    y_offset: off,
+                    accumulate: false,
+                };
+                matmul::matmul(k, pass, &b.step, mat, &io, n)?;
+            }
+            let norms = w.qk_norm.as_ref().map(|(q, kk)| (q, kk));
+            elementwise::rope(k, pass, &b.step, c, &b.rope, &b.qkv, norms, n)?;
+            attention::kv_write(k, pass, &b.step, c, self.opts.kv, &b.qkv, &self.cache[l], n)?;
+            if n == 1 {
+                attention::decode(
+                    k,
+                    pass,
+                    &b.step,
+                    c,
+                    self.opts.kv,
+                    &b.qkv,
+                    &self.cache[l],
+                    &b.part,
+                    &b.att,
+                    pos0 + 1,
+                )?;
+            } else {
+                attention::prefill(
+                    k,
+                    pass,
+                    &b.step,
+                    c,
+                    self.opts.kv,
+                    &b.qkv,
+                    &self.cache[l],
+                    &b.att,
+                    n,
+                )?;
+            }
+            let io = Io {
+                x: &b.att,
+                x_stride: qd,
+                y: &b.x,
+                y_stride: c.hidden,
+                y_offset: 0,
+                accumulate: true,
+            };
+            matmul::matmul(k, pass, &b.step, &w.wo, &io, n)?;
+            elementwise::rmsnorm(
+                k,
+                pass,
+                &b.step,
+                &w.ffn_norm,
+                &b.x,
+                &b.h,
+                c.hidden,
+                c.rms_eps,
+                n,
+                false,
+            )?;
+            for (mat, off) in [(&w.gate, 0), (&w.up, f)] {
+                let io = Io {
+                    x: &b.h,
+                    x_stride: c.hidden,
+                    y: &b.gu,
+                    y_stride: 2 * f,
+                    y_offset: off,
+                    accumulate: false,
+                };
+                matmul::matmul(k, pass, &b.step, mat, &io, n)?;
+            }
+            elementwise::swiglu(k, pass, &b.step, &b.gu, &b.act, f, n)?;
+            let io = Io {
+                x: &b.act,
+                x_stride: f,
+                y: &b.x,
+                y_stride: c.hidden,
+                y_offset: 0,
+                accumulate: true,
+            };
+            matmul::matmul(k, pass, &b.step, &w.down, &io, n)?;
+        }
+        Ok(())
+    }
+
+    /// The last token's logits (after the repetition penalty when asked).
+    fn encode_head(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+        penalty: Option<f32>,
+    ) -> Result<()> {
+        let (m, c, b, k) = (self.m, &self.m.config, &self.b, &self.m.kernels);
+        elementwise::rmsnorm(
+            k,
+            pass,
+            &b.step,
+            &m.output_norm,
+            &b.x,
+            &b.last,
+            c.hidden,
+            c.rms_eps,
+            n,
+            true,
+        )?;
+        let io = Io {
+            x: &b.last,
+            x_stride: c.hidden,
+            y: &b.logits,
+            y_stride: c.vocab_size,
+            y_offset: 0,
+            accumulate: false,
+        };
+        matmul::gemv(k, pass, &b.step, m.head(), &io)?;
+        if let Some(p) = penalty {
+            sample::penalty(k, pass, &b.penalty_ids, &b.logits, p)?;
+        }
+        Ok(())
+    }
+
+    async fn run(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        let c = &self.m.config;
+        if tokens.is_empty() {
+            return Err(Error::invalid("no tokens to run"));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::invalid(format!(
+                "token id {t} is outside the vocabulary of {}",
+                c.vocab_size
+            )));
+        }
+        if self.tokens.len() + tokens.len() > self.opts.max_context {
+            return Err(Error::invalid(format!(
+                "{} tokens do not fit in the session's context of {} ({} already used)",
+                tokens.len(),
+                self.opts.max_context,
+                self.tokens.len()
+            )));
+        }
+        self.m.gpu.check_lost()?;
+        let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let out = self
+                .run_chunk(chunk, if last { Some(&want) } else { None })
+                .await?;
+            self.tokens.extend_from_slice(chunk);
+            if let Some(l) = out {
+                return Ok(l);
+            }
+        }
+        Err(Error::invalid("no tokens to run"))
+    }
+
+    async fn run_chunk(
+        &mut self,
+        tokens: &[u32],
+        want: Option<&Want<'_>>,
+    ) -> Result<Option<Logits>> {
+        let g = &self.m.gpu;
+        let (n, pos0) = (tokens.len(), self.tokens.len());
+        g.queue
+            .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
+        g.queue
+            .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+        let penalty = match want {
+            Some(w) if w.penalty != 1.0 && !w.penalty_ids.is_empty() => {
+                let ids = &w.penalty_ids[..w.penalty_ids.len().min(MAX_PENALTY_IDS)];
+                let mut buf = vec![ids.len() as u32];
+                buf.extend_from_slice(ids);
+                g.queue
+                    .write_buffer(&self.b.penalty_ids, 0, bytemuck::cast_slice(&buf));
+                Some(w.penalty)
+            }
+            _ => None,
+        };
+        let mut enc = g.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            self.encode_layers(&mut pass, n, pos0)?;
+            if want.is_some() {
+                self.encode_head(&mut pass, n, penalty)?;
+                if let Some(Want {
+                    top_k: Some(kk), ..
+                }) = want
+                {
+                    self.topk
+                        .encode(&self.m.kernels, &mut pass, &self.b.logits, *kk)?;
+                }
+            }
+        }
+        let Some(want) = want else {
+            g.queue.submit([enc.finish()]);
+            return g.take_error().map(|_| None);
+        };
+        let (src, bytes) = match want.top_k {
+            Some(kk) => (&self.topk.out, kk.clamp(1, sample::MAX_K) as u64 * 8),
+            None => (&self.b.logits, self.m.config.vocab_size as u64 * 4),
+        };
+        let staging = g.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        enc.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
+        g.queue.submit([enc.finish()]);
+        let out = g.map_read(&staging).await?;
+        Ok(Some(match want.top_k {
+            Some(_) => Logits::Top(sample::decode_pairs(&out, self.m.config.vocab_size)),
+            None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),
+        }))
+    }
+}
+
+impl Backend for GpuSession<'_> {
+    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        self.run(tokens, want).await
+    }
+    fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+    fn truncate(&mut self, len: usize) {
+        // Stale cache entries past `len` are overwritten before they are read again.
+        self.tokens.truncate(len);
+    }
+    fn context_length(&self) -> usize {
+        self.opts.max_context
+    }
+}

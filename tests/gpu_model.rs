@@ -1,0 +1,193 @@
+//! The whole default model on the GPU (lavapipe on CPU-only machines) against the CPU
+//! reference: teacher-forced logits, greedy tokens, quantized KV, KV reuse across
+//! chat turns, prefill chunking, context overflow.
+
+mod common;
+
+use common::{model_path, reference};
+use pippin::engine::{
+    generate, Backend, CpuSession, GenerateOptions, GpuModel, GpuSession, Logits, SessionOptions,
+    Want,
+};
+use pippin::gguf::Gguf;
+use pippin::gpu::{Caps, Gpu};
+use pippin::model::KvCache;
+use pippin::quant::kv::KvFormat;
+use pippin::sampler::argmax;
+use pippin::tokenizer::{Message, Tokenizer};
+use std::sync::OnceLock;
+
+fn model() -> &'static GpuModel {
+    static M: OnceLock<GpuModel> = OnceLock::new();
+    M.get_or_init(|| {
+        let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
+        GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}).expect("model uploads")
+    })
+}
+
+fn session(kv: KvFormat, chunk: usize) -> GpuSession<'static> {
+    GpuSession::new(
+        model(),
+        SessionOptions {
+            max_context: 256,
+            kv,
+            chunk,
+        },
+    )
+    .unwrap()
+}
+
+fn logits(s: &mut GpuSession, tokens: &[u32]) -> Vec<f32> {
+    match pollster::block_on(s.forward(tokens, Want::logits())).unwrap() {
+        Logits::Full(l) => l,
+        Logits::Top(_) => unreachable!(),
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France is"
+
+#[test]
+fn f32_kv_teacher_forced_logits_and_greedy_tokens_match_the_cpu() {
+    let cpu = reference();
+    let mut cache = KvCache::new(&cpu.config);
+    let mut gpu = session(KvFormat::F32, 64);
+    let mut want = cpu.forward(&mut cache, &PROMPT, false).unwrap();
+    let mut got = logits(&mut gpu, &PROMPT);
+    for step in 0..8 {
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-2, "step {step}: logits differ by {d}");
+        let (g, c) = (argmax(&got), argmax(&want));
+        assert_eq!(g, c, "step {step}: greedy token");
+        want = cpu.forward(&mut cache, &[c as u32], false).unwrap();
+        got = logits(&mut gpu, &[c as u32]);
+    }
+}
+
+#[test]
+fn int8_kv_first_step_top5_agrees() {
+    let cpu = reference();
+    let want = cpu
+        .forward(&mut KvCache::new(&cpu.config), &PROMPT, false)
+        .unwrap();
+    let got = logits(&mut session(KvFormat::Int8, 64), &PROMPT);
+    let top5 = |l: &[f32]| {
+        let mut i: Vec<usize> = (0..l.len()).collect();
+        i.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
+        i.truncate(5);
+        i
+    };
+    assert_eq!(top5(&got), top5(&want));
+}
+
+#[test]
+fn chunked_prefill_equals_one_chunk() {
+    let prompt: Vec<u32> = (0..23).map(|i| 300 + i * 17).collect();
+    let a = logits(&mut session(KvFormat::F32, 64), &prompt);
+    let b = logits(&mut session(KvFormat::F32, 8), &prompt);
+    assert!(max_diff(&a, &b) < 1e-3);
+}
+
+fn tokenizer() -> Tokenizer {
+    Tokenizer::from_gguf(&Gguf::open(&model_path()).unwrap().0.metadata).unwrap()
+}
+
+/// Turn 2 reuses turn 1's KV cache and runs only the new tokens; its logits equal a
+/// fresh session that prefills the whole conversation.
+#[test]
+fn second_chat_turn_reuses_the_kv_cache() {
+    let tk = tokenizer();
+    let opts = GenerateOptions {
+        max_tokens: 6,
+        ..Default::default()
+    };
+    let mut msgs = vec![Message::new("user", "Hi!")];
+    let p1 = tk
+        .encode_prompt(&tk.apply_chat_template(&msgs, true).unwrap(), true)
+        .unwrap();
+    let mut s = session(KvFormat::F32, 64);
+    let mut reply = String::new();
+    pollster::block_on(generate(&mut s, &tk, &p1, &opts, |t, _| {
+        reply.push_str(t);
+        true
+    }))
+    .unwrap();
+    msgs.push(Message::new("assistant", &reply));
+    msgs.push(Message::new("user", "And what is 2+2?"));
+    let p2 = tk
+        .encode_prompt(&tk.apply_chat_template(&msgs, true).unwrap(), true)
+        .unwrap();
+    let cached = pippin::engine::common_prefix(s.tokens(), &p2);
+    assert!(
+        cached > p1.len(),
+        "turn 1's prompt and reply are reused ({cached} tokens)"
+    );
+    s.truncate(cached);
+    let reused = logits(&mut s, &p2[cached..]);
+    let fresh = logits(&mut session(KvFormat::F32, 64), &p2);
+    let d = max_diff(&reused, &fresh);
+    assert!(d < 1e-3, "reused vs fresh logits differ by {d}");
+}
+
+#[test]
+fn gpu_writes_the_same_text_as_the_cpu() {
+    let tk = tokenizer();
+    let opts = GenerateOptions {
+        max_tokens: 10,
+        ..Default::default()
+    };
+    let run = |b: &mut dyn FnMut(&mut String)| {
+        let mut out = String::new();
+        b(&mut out);
+        out
+    };
+    let gpu_text = run(&mut |out| {
+        let mut s = session(KvFormat::Int8, 64);
+        pollster::block_on(generate(&mut s, &tk, &PROMPT, &opts, |t, _| {
+            out.push_str(t);
+            true
+        }))
+        .unwrap();
+    });
+    let cpu_text = run(&mut |out| {
+        let mut s = CpuSession::new(reference());
+        pollster::block_on(generate(&mut s, &tk, &PROMPT, &opts, |t, _| {
+            out.push_str(t);
+            true
+        }))
+        .unwrap();
+    });
+    assert_eq!(gpu_text, cpu_text);
+    assert!(gpu_text.starts_with(" Paris."));
+}
+
+#[test]
+fn context_overflow_is_an_error_and_the_session_stays_usable() {
+    let mut s = GpuSession::new(
+        model(),
+        SessionOptions {
+            max_context: 8,
+            kv: KvFormat::Int8,
+            chunk: 64,
+        },
+    )
+    .unwrap();
+    logits(&mut s, &PROMPT);
+    let e = pollster::block_on(s.forward(&PROMPT, Want::logits()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("context"), "{e}");
+    assert_eq!(s.tokens().len(), 5);
+    let e = pollster::block_on(s.forward(&[60_000], Want::logits()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vocabulary"), "{e}");
+    logits(&mut s, &[7042]);
+    assert_eq!(s.tokens().len(), 6);
+}
