@@ -3,10 +3,22 @@
 mod common;
 
 use common::{model_path, reference};
-use pippin::engine::{generate, CpuSession, FinishReason, GenerateOptions};
+use pippin::engine::{self, Backend, CpuSession, FinishReason, GenerateOptions, Usage};
 use pippin::gguf::Gguf;
 use pippin::tokenizer::Tokenizer;
+use pippin::Result;
 use std::process::Command;
+
+/// The async generate loop, driven to completion.
+fn generate<B: Backend>(
+    b: &mut B,
+    tk: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_text: impl FnMut(&str, u32) -> bool,
+) -> Result<(FinishReason, Usage)> {
+    pollster::block_on(engine::generate(b, tk, prompt, opts, on_text))
+}
 
 fn tokenizer() -> Tokenizer {
     let (g, _) = Gguf::open(&model_path()).unwrap();

@@ -182,3 +182,19 @@ fn embedding_gather_every_format_and_split() {
         }
     }
 }
+
+#[test]
+fn naive_gemv_baseline_matches() {
+    let c = ctx();
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16] {
+        let (rows, cols) = (77, 96);
+        let w = values(rows * cols, 3);
+        let bytes = encode_as(ty, &w);
+        let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
+        let x = values(cols, 4);
+        let (xb, yb) = (c.buf(&x), c.zeros(rows));
+        c.run(|pass| matmul::naive(&c.k, pass, &m, &xb, &yb).unwrap());
+        let want = reference::matmul(&x, &dequantize(ty, &bytes, rows * cols).unwrap(), cols);
+        assert!(max_diff(&c.read(&yb, rows), &want) < 1e-4, "{ty}");
+    }
+}

@@ -165,10 +165,12 @@ pub async fn generate<B: Backend>(
     let mut history = prompt.to_vec();
     let mut text = TextStream::new();
     let mut stops = StopStrings::new(&opts.stop);
-    let top_k = match (opts.sampler.temperature, opts.sampler.top_k) {
-        (t, _) if t == 0.0 => 1,
-        (_, 0) => MAX_CANDIDATES,
-        (_, k) => k.min(MAX_CANDIDATES),
+    let top_k = if opts.sampler.temperature == 0.0 {
+        1
+    } else if opts.sampler.top_k == 0 {
+        MAX_CANDIDATES
+    } else {
+        opts.sampler.top_k.min(MAX_CANDIDATES)
     };
 
     let t0 = Instant::now();

@@ -127,7 +127,9 @@ impl Gpu {
 
     /// Largest storage buffer one binding can see.
     pub fn max_binding(&self) -> u64 {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
     }
 
     /// A storage buffer holding `data`, written in chunks so no second full copy is made.

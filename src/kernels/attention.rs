@@ -15,7 +15,7 @@ pub const CHUNK: u32 = 64;
 /// Shapes the attention kernels can take (their workgroup arrays are fixed).
 pub fn check_shape(c: &Config) -> Result<()> {
     let g = c.group_size();
-    if c.head_dim % 32 != 0 || c.head_dim > 128 || g > 16 || g * c.head_dim > 2048 {
+    if !c.head_dim.is_multiple_of(32) || c.head_dim > 128 || g > 16 || g * c.head_dim > 2048 {
         return Err(Error::unsupported(format!(
             "attention with head dimension {} and {g} query heads per KV head (the GPU kernels take head dimensions that are multiples of 32 up to 128, and up to 16 heads per group)",
             c.head_dim
@@ -55,6 +55,7 @@ fn qkv_stride(c: &Config) -> usize {
 }
 
 /// Quantizes the new tokens' K and V (from the qkv rows) into the cache.
+#[allow(clippy::too_many_arguments)]
 pub fn kv_write(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,

@@ -151,6 +151,21 @@ pub fn gemv(
     Ok(())
 }
 
+/// The benchmark's baseline: one thread per row (token 0 only).
+pub fn naive(k: &Kernels, pass: &mut wgpu::ComputePass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<()> {
+    if m.parts.len() > 1 {
+        return Err(crate::Error::invalid("the naive matmul takes matrices in one part only"));
+    }
+    for p in &m.parts {
+        let pipe = k.pipe(
+            Shader::MatmulNaive,
+            &[("FORMAT", m.format as u32 as f64), ("K", m.cols as f64), ("N", p.rows as f64)],
+        )?;
+        k.dispatch(pass, &pipe, &[x, &p.qs, &p.scales, y], grid((p.rows as u32).div_ceil(64)));
+    }
+    Ok(())
+}
+
 /// `n_tokens` tokens through the tiled GEMM.
 pub fn gemm(
     k: &Kernels,

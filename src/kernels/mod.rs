@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 pub enum Shader {
     MatmulGemv,
     MatmulGemm,
+    MatmulNaive,
     Embed,
     RmsNorm,
     Rope,
@@ -43,6 +44,7 @@ impl Shader {
         match self {
             Shader::MatmulGemv => include_str!("../../shaders/matmul_gemv.wgsl"),
             Shader::MatmulGemm => include_str!("../../shaders/matmul_gemm.wgsl"),
+            Shader::MatmulNaive => include_str!("../../shaders/matmul_naive.wgsl"),
             Shader::Embed => include_str!("../../shaders/embed.wgsl"),
             Shader::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl"),
             Shader::Rope => include_str!("../../shaders/rope.wgsl"),
@@ -60,6 +62,7 @@ impl Shader {
         match self {
             Shader::MatmulGemv | Shader::MatmulGemm | Shader::Embed => &[U, R, R, R, W],
             Shader::RmsNorm => &[U, R, R, W],
+            Shader::MatmulNaive => &[R, R, R, W],
             Shader::Rope => &[U, R, W, R, R],
             Shader::KvWrite => &[U, R, W, W, W, W],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, R, R, R, R, R, W],

@@ -59,7 +59,7 @@ fn half_pairs(h: &[u16]) -> Vec<u32> {
 
 /// Repacks a tensor's GGUF bytes (`n` elements, a whole number of 32-blocks per row).
 pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
-    if ty.bytes_for(n as u64) != Some(data.len() as u64) || n % 32 != 0 {
+    if ty.bytes_for(n as u64) != Some(data.len() as u64) || !n.is_multiple_of(32) {
         return Err(Error::invalid(format!(
             "{ty}: {} bytes do not hold {n} elements in blocks of 32",
             data.len()
@@ -75,12 +75,12 @@ pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
             Packed { format: GpuFormat::F32, qs, scales: vec![0] }
         }
         GgmlType::Q8_0 => {
-            let d: Vec<u16> = data.chunks_exact(34).map(|b| le16(b)).collect();
+            let d: Vec<u16> = data.chunks_exact(34).map(&le16).collect();
             let qs = data.chunks_exact(34).flat_map(|b| words(&b[2..34]).collect::<Vec<_>>()).collect();
             Packed { format: GpuFormat::Q8_0, qs, scales: half_pairs(&d) }
         }
         GgmlType::Q4_0 => {
-            let d: Vec<u16> = data.chunks_exact(18).map(|b| le16(b)).collect();
+            let d: Vec<u16> = data.chunks_exact(18).map(&le16).collect();
             let qs = data.chunks_exact(18).flat_map(|b| words(&b[2..18]).collect::<Vec<_>>()).collect();
             Packed { format: GpuFormat::Q4_0, qs, scales: half_pairs(&d) }
         }

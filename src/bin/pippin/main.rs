@@ -1,5 +1,7 @@
 //! The native command line: `pippin generate`, `pippin info`.
 
+mod bench;
+
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::{self, CpuSession, GenerateOptions, GpuModel, GpuSession, SessionOptions};
 use pippin::gguf::Gguf;
@@ -29,6 +31,22 @@ struct Cli {
 enum Cmd {
     /// Generate text from a prompt, streamed to stdout.
     Generate(GenerateArgs),
+    /// Measure the GPU kernels and the whole model (see README, Performance).
+    Bench {
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: PathBuf,
+        /// Repetitions per kernel timing.
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Prompt tokens for the prefill measurement (also the GEMM chunk).
+        #[arg(long, default_value_t = 64)]
+        prompt: usize,
+        /// Decode steps to time.
+        #[arg(long, default_value_t = 16)]
+        steps: usize,
+        #[arg(long, default_value = "int8", value_parser = parse_kv)]
+        kv: KvFormat,
+    },
     /// Print a model's configuration, metadata and tensor table.
     Info {
         /// A GGUF file.
@@ -82,6 +100,7 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Generate(a) => generate(a),
         Cmd::Info { model } => info(&model),
+        Cmd::Bench { model, reps, prompt, steps, kv } => run_bench(&model, reps, prompt, steps, kv),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -159,6 +178,35 @@ fn generate(a: GenerateArgs) -> Result<()> {
         u.prefill_tokens_per_s(),
         u.decode_tokens_per_s()
     );
+    Ok(())
+}
+
+fn run_bench(path: &std::path::Path, reps: usize, prompt: usize, steps: usize, kv: KvFormat) -> Result<()> {
+    let gpu = pollster::block_on(Gpu::new(Caps { shader_f16: true, subgroups: true }))?;
+    println!("adapter: {} ({}, {})", gpu.adapter.name, gpu.adapter.backend, gpu.adapter.driver);
+    let model = GpuModel::load_file(gpu, path, &mut |_, _| {})?;
+    println!("model: {} ({} MB of weights on the GPU)\n", path.display(), model.weight_bytes / 1_000_000);
+    println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in bench::kernels(&model, reps, prompt.clamp(2, 64))? {
+        let (naive, ratio) = match r.naive_ms {
+            Some(n) => (format!("{n:.3}"), format!("{:.1}×", n / r.ms)),
+            None => ("".into(), "".into()),
+        };
+        println!(
+            "| {} | {} × {} | {} | {} | {:.3} | {:.2} | {:.2} | {naive} | {ratio} |",
+            r.name,
+            r.rows,
+            r.cols,
+            r.tokens,
+            r.format,
+            r.ms,
+            r.gbps(),
+            r.gflops()
+        );
+    }
+    let (pf, dc) = bench::model(&model, kv, prompt, steps)?;
+    println!("\nwhole model, KV {kv:?}: prefill {pf:.1} tokens/s ({prompt}-token prompt), decode {dc:.1} tokens/s ({steps} steps)");
     Ok(())
 }
 
