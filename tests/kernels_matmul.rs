@@ -3,8 +3,9 @@
 
 mod common;
 
-use common::gpu::{ctx, max_diff, values};
+use common::gpu::{ctx, ctx_all, max_diff, values, Ctx};
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
+use pippin::kernels::{Kernels, Tuning};
 use pippin::model::reference;
 use pippin::quant::gpu_layout::pack;
 use pippin::quant::{dequantize, encode, GgmlType};
@@ -43,7 +44,20 @@ fn check(
     split_bytes: Option<u64>,
     accumulate: bool,
 ) {
-    let c = ctx();
+    check_on(ctx(), &ctx().k, ty, rows, cols, t, split_bytes, accumulate)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_on(
+    c: &Ctx,
+    kernels: &Kernels,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    t: usize,
+    split_bytes: Option<u64>,
+    accumulate: bool,
+) {
     let w = values(rows * cols, (rows * 31 + cols) as u64);
     let bytes = encode_as(ty, &w);
     let wq = dequantize(ty, &bytes, rows * cols).unwrap();
@@ -68,7 +82,7 @@ fn check(
             y_offset: 0,
             accumulate,
         };
-        matmul::matmul(&c.k, pass, &step, &m, &io, t).unwrap();
+        matmul::matmul(kernels, pass, &step, &m, &io, t).unwrap();
     });
     let got = c.read(&yb, t * rows);
     let mut want = reference::matmul(&x, &wq, cols);
@@ -89,6 +103,73 @@ fn gemv_every_format_awkward_shapes() {
         for (rows, cols) in [(1, 32), (37, 96), (129, 576), (300, 64)] {
             check(ty, rows, cols, 1, None, false);
         }
+    }
+}
+
+#[test]
+fn gemv_with_wide_rows_per_thread_group() {
+    // The shape real GPUs get (16 threads per row) besides the software one (4).
+    let c = ctx();
+    let k = Kernels::with_tuning(
+        &c.gpu,
+        Tuning {
+            gemv_tpr: 16,
+            subgroup_size: 0,
+            rowwise_gemm: false,
+        },
+    );
+    for ty in TYPES {
+        check_on(c, &k, ty, 129, 576, 1, None, false);
+        check_on(c, &k, ty, 33, 32, 1, None, true);
+    }
+}
+
+/// Both GEMM kinds: tiles (GPUs) and one thread per row (software adapters).
+#[test]
+fn gemm_tiled_and_rowwise() {
+    let c = ctx();
+    for rowwise_gemm in [false, true] {
+        let k = Kernels::with_tuning(
+            &c.gpu,
+            Tuning {
+                gemv_tpr: 4,
+                subgroup_size: 0,
+                rowwise_gemm,
+            },
+        );
+        for ty in TYPES {
+            for (rows, cols, t) in [(37, 96, 2), (130, 160, 17), (65, 64, 9)] {
+                check_on(c, &k, ty, rows, cols, t, None, false);
+            }
+            check_on(c, &k, ty, 45, 64, 11, Some(10 * 64), true);
+        }
+    }
+}
+
+/// The subgroup GEMV, where the adapter offers subgroups of a fixed size.
+#[test]
+fn gemv_with_subgroups_where_offered() {
+    let c = ctx_all();
+    let sg = c.gpu.adapter.subgroup_size;
+    if sg == 0 {
+        assert!(!c.gpu.caps.subgroups, "subgroups are on without a size");
+        eprintln!("this adapter has no fixed-size subgroups; the subgroup GEMV is not run");
+        return;
+    }
+    // Forced on: the default tuning leaves it off on software adapters, where it is slower.
+    let k = Kernels::with_tuning(
+        &c.gpu,
+        Tuning {
+            gemv_tpr: 4,
+            subgroup_size: sg,
+            rowwise_gemm: false,
+        },
+    );
+    for ty in TYPES {
+        for (rows, cols) in [(1, 32), (37, 96), (129, 576), (300, 1536)] {
+            check_on(c, &k, ty, rows, cols, 1, None, false);
+        }
+        check_on(c, &k, ty, 45, 64, 1, Some(10 * 64), true);
     }
 }
 

@@ -157,7 +157,7 @@ impl GpuModel {
             .chain(head.as_ref())
             .map(GpuMatrix::bytes)
             .sum();
-        let kernels = Kernels::new(&gpu.device);
+        let kernels = Kernels::new(&gpu);
         Ok(GpuModel {
             gpu,
             kernels,

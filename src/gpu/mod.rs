@@ -13,8 +13,22 @@ pub struct Caps {
     pub subgroups: bool,
 }
 
+impl Caps {
+    /// Every optional feature the adapter has.
+    pub fn all() -> Caps {
+        Caps {
+            shader_f16: true,
+            subgroups: true,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct AdapterSummary {
+    /// A CPU implementation (lavapipe, SwiftShader): kernels pick shapes for it.
+    pub software: bool,
+    /// The fixed subgroup size when subgroup kernels are on, else 0.
+    pub subgroup_size: u32,
     pub name: String,
     pub backend: String,
     pub driver: String,
@@ -52,9 +66,17 @@ impl Gpu {
         let info = adapter.get_info();
         let has = adapter.features();
         let mut features = wgpu::Features::empty();
+        // Subgroup kernels assume one known size (lavapipe: 8, NVIDIA: 32).
+        let fixed_size =
+            info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size >= 4;
         let caps = Caps {
             shader_f16: allow.shader_f16 && has.contains(wgpu::Features::SHADER_F16),
-            subgroups: allow.subgroups && has.contains(wgpu::Features::SUBGROUP),
+            subgroups: allow.subgroups && has.contains(wgpu::Features::SUBGROUP) && fixed_size,
+        };
+        let subgroup_size = if caps.subgroups {
+            info.subgroup_min_size
+        } else {
+            0
         };
         if caps.shader_f16 {
             features |= wgpu::Features::SHADER_F16;
@@ -89,6 +111,8 @@ impl Gpu {
             }
         }));
         let adapter = AdapterSummary {
+            software: info.device_type == wgpu::DeviceType::Cpu,
+            subgroup_size,
             name: info.name,
             backend: format!("{:?}", info.backend),
             driver: format!("{} {}", info.driver, info.driver_info)
@@ -122,6 +146,16 @@ impl Gpu {
         match self.errors.lock().ok().and_then(|mut e| e.take()) {
             Some(e) => Err(Error::gpu(e)),
             None => Ok(()),
+        }
+    }
+
+    /// Lines to put before a kernel's source: browsers require `enable subgroups;`,
+    /// which naga (the native compiler) does not accept yet.
+    pub fn shader_prelude(&self) -> &'static str {
+        if self.caps.subgroups && cfg!(target_arch = "wasm32") {
+            "enable subgroups;\n"
+        } else {
+            ""
         }
     }
 

@@ -114,12 +114,8 @@ pub struct Io<'a> {
     pub accumulate: bool,
 }
 
-/// Threads per row for the GEMV: enough to cover the row's blocks, at most 64.
-fn threads_per_row(cols: usize) -> u32 {
-    ((cols / 32).next_power_of_two() as u32).clamp(4, 64)
-}
-
-/// One token: y = W·x (token 0 of x).
+/// One token: y = W·x (token 0 of x). The subgroup kernel when the tuning says so,
+/// else the workgroup-memory reduction.
 pub fn gemv(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
@@ -127,7 +123,35 @@ pub fn gemv(
     m: &GpuMatrix,
     io: &Io,
 ) -> Result<()> {
-    let tpr = threads_per_row(m.cols);
+    let sg = k.tuning.subgroup_size;
+    if sg > 0 {
+        for p in &m.parts {
+            let pipe = k.pipe(
+                Shader::MatmulGemvSubgroup,
+                &[
+                    ("FORMAT", m.format as u32 as f64),
+                    ("K", m.cols as f64),
+                    ("N", p.rows as f64),
+                    ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                    ("ACCUMULATE", io.accumulate as u32 as f64),
+                    ("SG", sg as f64),
+                ],
+            )?;
+            let groups = (p.rows as u32).div_ceil(256 / sg);
+            k.dispatch(
+                pass,
+                &pipe,
+                &[step, &p.qs, &p.scales, io.x, io.y],
+                grid(groups),
+            );
+        }
+        return Ok(());
+    }
+    // Threads per row: the tuning's, but no more than the row has blocks.
+    let tpr = k
+        .tuning
+        .gemv_tpr
+        .min(((m.cols / 32).next_power_of_two() as u32).max(1));
     for p in &m.parts {
         let pipe = k.pipe(
             Shader::MatmulGemv,
@@ -152,16 +176,62 @@ pub fn gemv(
 }
 
 /// The benchmark's baseline: one thread per row (token 0 only).
-pub fn naive(k: &Kernels, pass: &mut wgpu::ComputePass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<()> {
+pub fn naive(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    m: &GpuMatrix,
+    x: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+) -> Result<()> {
     if m.parts.len() > 1 {
-        return Err(crate::Error::invalid("the naive matmul takes matrices in one part only"));
+        return Err(crate::Error::invalid(
+            "the naive matmul takes matrices in one part only",
+        ));
     }
     for p in &m.parts {
         let pipe = k.pipe(
             Shader::MatmulNaive,
-            &[("FORMAT", m.format as u32 as f64), ("K", m.cols as f64), ("N", p.rows as f64)],
+            &[
+                ("FORMAT", m.format as u32 as f64),
+                ("K", m.cols as f64),
+                ("N", p.rows as f64),
+            ],
         )?;
-        k.dispatch(pass, &pipe, &[x, &p.qs, &p.scales, y], grid((p.rows as u32).div_ceil(64)));
+        k.dispatch(
+            pass,
+            &pipe,
+            &[x, &p.qs, &p.scales, y],
+            grid((p.rows as u32).div_ceil(64)),
+        );
+    }
+    Ok(())
+}
+
+/// `n_tokens` tokens, one thread per row and 8 tokens (software adapters).
+pub fn gemm_rowwise(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    m: &GpuMatrix,
+    io: &Io,
+    n_tokens: usize,
+) -> Result<()> {
+    for p in &m.parts {
+        let pipe = k.pipe(
+            Shader::MatmulGemmRowwise,
+            &[
+                ("FORMAT", m.format as u32 as f64),
+                ("K", m.cols as f64),
+                ("N", p.rows as f64),
+                ("X_STRIDE", io.x_stride as f64),
+                ("Y_STRIDE", io.y_stride as f64),
+                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("ACCUMULATE", io.accumulate as u32 as f64),
+            ],
+        )?;
+        let [gx, gy, _] = grid((p.rows as u32).div_ceil(64));
+        let groups = [gx, gy, (n_tokens as u32).div_ceil(8)];
+        k.dispatch(pass, &pipe, &[step, &p.qs, &p.scales, io.x, io.y], groups);
     }
     Ok(())
 }
@@ -198,7 +268,7 @@ pub fn gemm(
     Ok(())
 }
 
-/// Picks GEMV for one token, GEMM for more.
+/// Picks GEMV for one token, a GEMM (of the tuning's kind) for more.
 pub fn matmul(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
@@ -209,6 +279,8 @@ pub fn matmul(
 ) -> Result<()> {
     if n_tokens == 1 {
         gemv(k, pass, step, m, io)
+    } else if k.tuning.rowwise_gemm {
+        gemm_rowwise(k, pass, step, m, io, n_tokens)
     } else {
         gemm(k, pass, step, m, io, n_tokens)
     }

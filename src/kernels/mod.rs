@@ -9,13 +9,16 @@ pub mod matmul;
 pub mod sample;
 
 use crate::error::{Error, Result};
+use crate::gpu::Gpu;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Shader {
     MatmulGemv,
+    MatmulGemvSubgroup,
     MatmulGemm,
+    MatmulGemmRowwise,
     MatmulNaive,
     Embed,
     RmsNorm,
@@ -43,7 +46,9 @@ impl Shader {
     fn source(self) -> &'static str {
         match self {
             Shader::MatmulGemv => include_str!("../../shaders/matmul_gemv.wgsl"),
+            Shader::MatmulGemvSubgroup => include_str!("../../shaders/matmul_gemv_subgroup.wgsl"),
             Shader::MatmulGemm => include_str!("../../shaders/matmul_gemm.wgsl"),
+            Shader::MatmulGemmRowwise => include_str!("../../shaders/matmul_gemm_rowwise.wgsl"),
             Shader::MatmulNaive => include_str!("../../shaders/matmul_naive.wgsl"),
             Shader::Embed => include_str!("../../shaders/embed.wgsl"),
             Shader::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl"),
@@ -60,7 +65,11 @@ impl Shader {
 
     fn bindings(self) -> &'static [Use] {
         match self {
-            Shader::MatmulGemv | Shader::MatmulGemm | Shader::Embed => &[U, R, R, R, W],
+            Shader::MatmulGemv
+            | Shader::MatmulGemvSubgroup
+            | Shader::MatmulGemm
+            | Shader::MatmulGemmRowwise
+            | Shader::Embed => &[U, R, R, R, W],
             Shader::RmsNorm => &[U, R, R, W],
             Shader::MatmulNaive => &[R, R, R, W],
             Shader::Rope => &[U, R, W, R, R],
@@ -73,9 +82,11 @@ impl Shader {
     }
 }
 
-/// Replaces `#include "name"` lines with the shared file of that name.
-pub fn preprocess(src: &str) -> String {
+/// Replaces `#include "name"` lines with the shared file of that name, after `prelude`
+/// (the `enable` directives the platform needs).
+pub fn preprocess(src: &str, prelude: &str) -> String {
     let mut out = String::with_capacity(src.len() + 4096);
+    out.push_str(prelude);
     for line in src.lines() {
         match line.trim().strip_prefix("#include ") {
             Some(name) => out.push_str(match name.trim_matches('"') {
@@ -103,17 +114,52 @@ struct Module {
 
 type PipeKey = (Shader, Vec<(&'static str, u64)>);
 
+/// How the kernels are specialized for this adapter.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// Threads per row in the GEMV (a power of two).
+    pub gemv_tpr: u32,
+    /// Use the subgroup GEMV with this subgroup size (0 = off).
+    pub subgroup_size: u32,
+    /// Prefill matmuls with one thread per row (software adapters) instead of tiles.
+    pub rowwise_gemm: bool,
+}
+
 /// Compiled shaders and specialized pipelines, created on first use and kept.
 pub struct Kernels {
+    pub tuning: Tuning,
+    prelude: &'static str,
     device: wgpu::Device,
     modules: Mutex<HashMap<Shader, Arc<Module>>>,
     pipes: Mutex<HashMap<PipeKey, Arc<Pipe>>>,
 }
 
 impl Kernels {
-    pub fn new(device: &wgpu::Device) -> Self {
+    pub fn new(gpu: &Gpu) -> Self {
+        // Software adapters run workgroups on CPU SIMD lanes: one thread per row wins
+        // there, and emulated subgroups are slower (measured on lavapipe: README,
+        // Performance). GPUs get cooperative rows and tiles.
+        let sw = gpu.adapter.software;
+        let mut tuning = Tuning {
+            gemv_tpr: if sw { 1 } else { 16 },
+            subgroup_size: if sw { 0 } else { gpu.adapter.subgroup_size },
+            rowwise_gemm: sw,
+        };
+        // For measuring other shapes on new hardware (`pippin bench`).
+        if let Some(t) = std::env::var("PIPPIN_GEMV_TPR")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            tuning.gemv_tpr = t.next_power_of_two().clamp(1, 256);
+        }
+        Self::with_tuning(gpu, tuning)
+    }
+
+    pub fn with_tuning(gpu: &Gpu, tuning: Tuning) -> Self {
         Kernels {
-            device: device.clone(),
+            tuning,
+            prelude: gpu.shader_prelude(),
+            device: gpu.device.clone(),
             modules: Default::default(),
             pipes: Default::default(),
         }
@@ -131,7 +177,7 @@ impl Kernels {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&format!("{shader:?}")),
-                source: wgpu::ShaderSource::Wgsl(preprocess(shader.source()).into()),
+                source: wgpu::ShaderSource::Wgsl(preprocess(shader.source(), self.prelude).into()),
             });
         let entries: Vec<wgpu::BindGroupLayoutEntry> = shader
             .bindings()

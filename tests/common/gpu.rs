@@ -16,7 +16,17 @@ pub fn ctx() -> &'static Ctx {
     C.get_or_init(|| {
         let gpu = pollster::block_on(Gpu::new(Caps::default()))
             .expect("a GPU adapter (install mesa-vulkan-drivers)");
-        let k = Kernels::new(&gpu.device);
+        let k = Kernels::new(&gpu);
+        Ctx { gpu, k }
+    })
+}
+
+/// The adapter with every optional feature it has (subgroups, shader-f16).
+pub fn ctx_all() -> &'static Ctx {
+    static C: OnceLock<Ctx> = OnceLock::new();
+    C.get_or_init(|| {
+        let gpu = pollster::block_on(Gpu::new(pippin::gpu::Caps::all())).expect("a GPU adapter");
+        let k = Kernels::new(&gpu);
         Ctx { gpu, k }
     })
 }

@@ -31,7 +31,11 @@ impl KernelRow {
 }
 
 /// Runs `f` (which records kernels) `reps` times in one submission; ms per repetition.
-fn time(m: &GpuModel, reps: usize, f: &dyn Fn(&mut wgpu::ComputePass) -> Result<()>) -> Result<f64> {
+fn time(
+    m: &GpuModel,
+    reps: usize,
+    f: &dyn Fn(&mut wgpu::ComputePass) -> Result<()>,
+) -> Result<f64> {
     let g = &m.gpu;
     let run = |n: usize| -> Result<f64> {
         let mut enc = g.device.create_command_encoder(&Default::default());
@@ -73,10 +77,21 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
     for (name, w) in mats {
         for tokens in [1, chunk] {
             let step = g.uniform("step", bytemuck::bytes_of(&Step::new(tokens, 0)));
-            let io = Io { x: &x, x_stride: w.cols, y: &y, y_stride: w.rows, y_offset: 0, accumulate: false };
-            let ms = time(m, reps, &|pass| matmul::matmul(&m.kernels, pass, &step, w, &io, tokens))?;
+            let io = Io {
+                x: &x,
+                x_stride: w.cols,
+                y: &y,
+                y_stride: w.rows,
+                y_offset: 0,
+                accumulate: false,
+            };
+            let ms = time(m, reps, &|pass| {
+                matmul::matmul(&m.kernels, pass, &step, w, &io, tokens)
+            })?;
             let naive_ms = if tokens == 1 && w.parts.len() == 1 {
-                Some(time(m, reps, &|pass| matmul::naive(&m.kernels, pass, w, &x, &y))?)
+                Some(time(m, reps, &|pass| {
+                    matmul::naive(&m.kernels, pass, w, &x, &y)
+                })?)
             } else {
                 None
             };
@@ -98,8 +113,16 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
 /// Prefill tokens/s over a `prompt`-token prompt and decode tokens/s over `steps`.
 pub fn model(m: &GpuModel, kv: KvFormat, prompt: usize, steps: usize) -> Result<(f64, f64)> {
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
-    let opts = SessionOptions { max_context: prompt + steps + 1, kv, chunk: 64 };
-    let greedy = || Want { top_k: Some(1), penalty: 1.0, penalty_ids: &[] };
+    let opts = SessionOptions {
+        max_context: prompt + steps + 1,
+        kv,
+        chunk: 64,
+    };
+    let greedy = || Want {
+        top_k: Some(1),
+        penalty: 1.0,
+        penalty_ids: &[],
+    };
     // Warm-up: compiles every pipeline both paths use.
     let mut warm = GpuSession::new(m, opts.clone())?;
     pollster::block_on(warm.forward(&tokens[..2], greedy()))?;

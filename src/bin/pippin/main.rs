@@ -100,7 +100,13 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Generate(a) => generate(a),
         Cmd::Info { model } => info(&model),
-        Cmd::Bench { model, reps, prompt, steps, kv } => run_bench(&model, reps, prompt, steps, kv),
+        Cmd::Bench {
+            model,
+            reps,
+            prompt,
+            steps,
+            kv,
+        } => run_bench(&model, reps, prompt, steps, kv),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -181,11 +187,28 @@ fn generate(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_bench(path: &std::path::Path, reps: usize, prompt: usize, steps: usize, kv: KvFormat) -> Result<()> {
-    let gpu = pollster::block_on(Gpu::new(Caps { shader_f16: true, subgroups: true }))?;
-    println!("adapter: {} ({}, {})", gpu.adapter.name, gpu.adapter.backend, gpu.adapter.driver);
+fn run_bench(
+    path: &std::path::Path,
+    reps: usize,
+    prompt: usize,
+    steps: usize,
+    kv: KvFormat,
+) -> Result<()> {
+    let gpu = pollster::block_on(Gpu::new(Caps {
+        shader_f16: true,
+        subgroups: true,
+    }))?;
+    let a = &gpu.adapter;
+    println!(
+        "adapter: {} ({}, {}; software: {}, subgroup size: {})",
+        a.name, a.backend, a.driver, a.software, a.subgroup_size
+    );
     let model = GpuModel::load_file(gpu, path, &mut |_, _| {})?;
-    println!("model: {} ({} MB of weights on the GPU)\n", path.display(), model.weight_bytes / 1_000_000);
+    println!(
+        "model: {} ({} MB of weights on the GPU)\n",
+        path.display(),
+        model.weight_bytes / 1_000_000
+    );
     println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for r in bench::kernels(&model, reps, prompt.clamp(2, 64))? {
