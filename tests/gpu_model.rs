@@ -6,8 +6,8 @@ mod common;
 
 use common::{model_path, reference};
 use pippin::engine::{
-    generate, Backend, CpuSession, GenerateOptions, GpuModel, GpuSession, Logits, SessionOptions,
-    Want,
+    generate, Backend, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits,
+    SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -25,7 +25,14 @@ fn model() -> &'static GpuModel {
     })
 }
 
-fn session(kv: KvFormat, chunk: usize) -> GpuSession<'static> {
+fn be(s: &mut GpuSession) -> GpuBackend<'_> {
+    GpuBackend {
+        model: model(),
+        session: s,
+    }
+}
+
+fn session(kv: KvFormat, chunk: usize) -> GpuSession {
     GpuSession::new(
         model(),
         SessionOptions {
@@ -38,7 +45,7 @@ fn session(kv: KvFormat, chunk: usize) -> GpuSession<'static> {
 }
 
 fn logits(s: &mut GpuSession, tokens: &[u32]) -> Vec<f32> {
-    match pollster::block_on(s.forward(tokens, Want::logits())).unwrap() {
+    match pollster::block_on(be(s).forward(tokens, Want::logits())).unwrap() {
         Logits::Full(l) => l,
         Logits::Top(_) => unreachable!(),
     }
@@ -113,7 +120,7 @@ fn second_chat_turn_reuses_the_kv_cache() {
         .unwrap();
     let mut s = session(KvFormat::F32, 64);
     let mut reply = String::new();
-    pollster::block_on(generate(&mut s, &tk, &p1, &opts, |t, _| {
+    pollster::block_on(generate(&mut be(&mut s), &tk, &p1, &opts, |t, _| {
         reply.push_str(t);
         true
     }))
@@ -123,12 +130,12 @@ fn second_chat_turn_reuses_the_kv_cache() {
     let p2 = tk
         .encode_prompt(&tk.apply_chat_template(&msgs, true).unwrap(), true)
         .unwrap();
-    let cached = pippin::engine::common_prefix(s.tokens(), &p2);
+    let cached = pippin::engine::common_prefix(be(&mut s).tokens(), &p2);
     assert!(
         cached > p1.len(),
         "turn 1's prompt and reply are reused ({cached} tokens)"
     );
-    s.truncate(cached);
+    be(&mut s).truncate(cached);
     let reused = logits(&mut s, &p2[cached..]);
     let fresh = logits(&mut session(KvFormat::F32, 64), &p2);
     let d = max_diff(&reused, &fresh);
@@ -149,7 +156,7 @@ fn gpu_writes_the_same_text_as_the_cpu() {
     };
     let gpu_text = run(&mut |out| {
         let mut s = session(KvFormat::Int8, 64);
-        pollster::block_on(generate(&mut s, &tk, &PROMPT, &opts, |t, _| {
+        pollster::block_on(generate(&mut be(&mut s), &tk, &PROMPT, &opts, |t, _| {
             out.push_str(t);
             true
         }))
@@ -179,15 +186,15 @@ fn context_overflow_is_an_error_and_the_session_stays_usable() {
     )
     .unwrap();
     logits(&mut s, &PROMPT);
-    let e = pollster::block_on(s.forward(&PROMPT, Want::logits()))
+    let e = pollster::block_on(be(&mut s).forward(&PROMPT, Want::logits()))
         .unwrap_err()
         .to_string();
     assert!(e.contains("context"), "{e}");
-    assert_eq!(s.tokens().len(), 5);
-    let e = pollster::block_on(s.forward(&[60_000], Want::logits()))
+    assert_eq!(be(&mut s).tokens().len(), 5);
+    let e = pollster::block_on(be(&mut s).forward(&[60_000], Want::logits()))
         .unwrap_err()
         .to_string();
     assert!(e.contains("vocabulary"), "{e}");
     logits(&mut s, &[7042]);
-    assert_eq!(s.tokens().len(), 6);
+    assert_eq!(be(&mut s).tokens().len(), 6);
 }

@@ -49,8 +49,7 @@ struct Buffers {
 
 const MAX_PENALTY_IDS: usize = 1024;
 
-pub struct GpuSession<'m> {
-    m: &'m GpuModel,
+pub struct GpuSession {
     opts: SessionOptions,
     cache: Vec<LayerCache>,
     b: Buffers,
@@ -58,8 +57,9 @@ pub struct GpuSession<'m> {
     tokens: Vec<u32>,
 }
 
-impl<'m> GpuSession<'m> {
-    pub fn new(m: &'m GpuModel, mut opts: SessionOptions) -> Result<Self> {
+impl GpuSession {
+    /// A session for `m`; it must only ever run with that model (see `GpuBackend`).
+    pub fn new(m: &GpuModel, mut opts: SessionOptions) -> Result<Self> {
         let c = &m.config;
         let g = &m.gpu;
         opts.max_context = opts.max_context.clamp(1, c.context_length);
@@ -91,7 +91,6 @@ impl<'m> GpuSession<'m> {
         let topk = TopK::new(g, c.vocab_size)?;
         g.take_error()?;
         Ok(GpuSession {
-            m,
             opts,
             cache,
             b,
@@ -105,8 +104,14 @@ impl<'m> GpuSession<'m> {
     }
 
     /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`).
-    fn encode_layers(&self, pass: &mut wgpu::ComputePass, n: usize, pos0: usize) -> Result<()> {
-        let (m, c, b, k) = (self.m, &self.m.config, &self.b, &self.m.kernels);
+    fn encode_layers(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+        pos0: usize,
+    ) -> Result<()> {
+        let (c, b, k) = (&m.config, &self.b, &m.kernels);
         let (qd, kd, f) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
         let qkv_stride = qd + 2 * kd;
         matmul::embed(k, pass, &b.step, &m.embed, &b.tokens, &b.x, n)?;
@@ -212,11 +217,12 @@ impl<'m> GpuSession<'m> {
     /// The last token's logits (after the repetition penalty when asked).
     fn encode_head(
         &self,
+        m: &GpuModel,
         pass: &mut wgpu::ComputePass,
         n: usize,
         penalty: Option<f32>,
     ) -> Result<()> {
-        let (m, c, b, k) = (self.m, &self.m.config, &self.b, &self.m.kernels);
+        let (c, b, k) = (&m.config, &self.b, &m.kernels);
         elementwise::rmsnorm(
             k,
             pass,
@@ -244,8 +250,8 @@ impl<'m> GpuSession<'m> {
         Ok(())
     }
 
-    async fn run(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        let c = &self.m.config;
+    async fn run(&mut self, m: &GpuModel, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        let c = &m.config;
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
         }
@@ -263,12 +269,12 @@ impl<'m> GpuSession<'m> {
                 self.tokens.len()
             )));
         }
-        self.m.gpu.check_lost()?;
+        m.gpu.check_lost()?;
         let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
             let out = self
-                .run_chunk(chunk, if last { Some(&want) } else { None })
+                .run_chunk(m, chunk, if last { Some(&want) } else { None })
                 .await?;
             self.tokens.extend_from_slice(chunk);
             if let Some(l) = out {
@@ -280,10 +286,11 @@ impl<'m> GpuSession<'m> {
 
     async fn run_chunk(
         &mut self,
+        m: &GpuModel,
         tokens: &[u32],
         want: Option<&Want<'_>>,
     ) -> Result<Option<Logits>> {
-        let g = &self.m.gpu;
+        let g = &m.gpu;
         let (n, pos0) = (tokens.len(), self.tokens.len());
         g.queue
             .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
@@ -303,15 +310,15 @@ impl<'m> GpuSession<'m> {
         let mut enc = g.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            self.encode_layers(&mut pass, n, pos0)?;
+            self.encode_layers(m, &mut pass, n, pos0)?;
             if want.is_some() {
-                self.encode_head(&mut pass, n, penalty)?;
+                self.encode_head(m, &mut pass, n, penalty)?;
                 if let Some(Want {
                     top_k: Some(kk), ..
                 }) = want
                 {
                     self.topk
-                        .encode(&self.m.kernels, &mut pass, &self.b.logits, *kk)?;
+                        .encode(&m.kernels, &mut pass, &self.b.logits, *kk)?;
                 }
             }
         }
@@ -321,7 +328,7 @@ impl<'m> GpuSession<'m> {
         };
         let (src, bytes) = match want.top_k {
             Some(kk) => (&self.topk.out, kk.clamp(1, sample::MAX_K) as u64 * 8),
-            None => (&self.b.logits, self.m.config.vocab_size as u64 * 4),
+            None => (&self.b.logits, m.config.vocab_size as u64 * 4),
         };
         let staging = g.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -333,24 +340,30 @@ impl<'m> GpuSession<'m> {
         g.queue.submit([enc.finish()]);
         let out = g.map_read(&staging).await?;
         Ok(Some(match want.top_k {
-            Some(_) => Logits::Top(sample::decode_pairs(&out, self.m.config.vocab_size)),
+            Some(_) => Logits::Top(sample::decode_pairs(&out, m.config.vocab_size)),
             None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),
         }))
     }
 }
 
-impl Backend for GpuSession<'_> {
+/// A session running on its model: what the generate loop drives.
+pub struct GpuBackend<'a> {
+    pub model: &'a GpuModel,
+    pub session: &'a mut GpuSession,
+}
+
+impl Backend for GpuBackend<'_> {
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.run(tokens, want).await
+        self.session.run(self.model, tokens, want).await
     }
     fn tokens(&self) -> &[u32] {
-        &self.tokens
+        &self.session.tokens
     }
     fn truncate(&mut self, len: usize) {
         // Stale cache entries past `len` are overwritten before they are read again.
-        self.tokens.truncate(len);
+        self.session.tokens.truncate(len);
     }
     fn context_length(&self) -> usize {
-        self.opts.max_context
+        self.session.opts.max_context
     }
 }

@@ -8,7 +8,7 @@ mod stop;
 
 pub use cpu::CpuSession;
 pub use gpu_model::{GpuLayer, GpuModel};
-pub use gpu_session::{GpuSession, SessionOptions};
+pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
 use crate::sampler::{Sampler, SamplerOptions};
@@ -132,6 +132,184 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// What a generation yields: pieces of text, then one `Done`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Text (valid UTF-8, possibly several tokens' worth) and the last token in it.
+    Text {
+        text: String,
+        token: u32,
+    },
+    Done {
+        finish: FinishReason,
+        usage: Usage,
+    },
+}
+
+/// One reply being generated, pulled a piece at a time (the browser's async iterator
+/// drives it step by step; `generate` drives it with a callback).
+pub struct Generation {
+    opts: GenerateOptions,
+    sampler: Sampler,
+    history: Vec<u32>,
+    text: TextStream,
+    stops: StopStrings,
+    top_k: usize,
+    usage: Usage,
+    logits: Option<Logits>,
+    /// The last sampled token, still to be run to get the next logits.
+    to_run: Option<u32>,
+    outbox: std::collections::VecDeque<Event>,
+    finished: Option<FinishReason>,
+    started: Instant,
+}
+
+impl Generation {
+    /// Checks the request and runs the prompt (the whole conversation so far; the
+    /// part already in the backend's KV cache is not run again).
+    pub async fn start<B: Backend>(
+        backend: &mut B,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<Generation> {
+        opts.sampler.validate().map_err(Error::invalid)?;
+        if prompt.is_empty() {
+            return Err(Error::invalid("the prompt is empty"));
+        }
+        let ctx = backend.context_length();
+        if prompt.len() >= ctx {
+            return Err(Error::invalid(format!(
+                "the prompt has {} tokens but the context holds {ctx} (and one more is needed to answer)",
+                prompt.len()
+            )));
+        }
+        let keep = common_prefix(backend.tokens(), prompt).min(prompt.len() - 1);
+        backend.truncate(keep);
+        let sampler = Sampler::new(opts.sampler.clone());
+        let top_k = if opts.sampler.temperature == 0.0 {
+            1
+        } else if opts.sampler.top_k == 0 {
+            MAX_CANDIDATES
+        } else {
+            opts.sampler.top_k.min(MAX_CANDIDATES)
+        };
+        let mut g = Generation {
+            opts: opts.clone(),
+            sampler,
+            history: prompt.to_vec(),
+            text: TextStream::new(),
+            stops: StopStrings::new(&opts.stop),
+            top_k,
+            usage: Usage {
+                prompt_tokens: prompt.len(),
+                cached_tokens: keep,
+                ..Default::default()
+            },
+            logits: None,
+            to_run: None,
+            outbox: Default::default(),
+            finished: None,
+            started: Instant::now(),
+        };
+        let t0 = Instant::now();
+        g.logits = Some(g.run(backend, &prompt[keep..]).await?);
+        g.usage.prefill_ms = ms_since(t0);
+        g.started = Instant::now();
+        Ok(g)
+    }
+
+    async fn run<B: Backend>(&self, backend: &mut B, tokens: &[u32]) -> Result<Logits> {
+        let ids = self.sampler.penalized_ids(&self.history);
+        let want = Want {
+            top_k: Some(self.top_k),
+            penalty: self.opts.sampler.repetition_penalty,
+            penalty_ids: &ids,
+        };
+        backend.forward(tokens, want).await
+    }
+
+    /// The next piece of text, or `Done` (again and again once finished).
+    pub async fn next<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
+        loop {
+            if let Some(e) = self.outbox.pop_front() {
+                return Ok(e);
+            }
+            if let Some(finish) = self.finished {
+                return Ok(Event::Done {
+                    finish,
+                    usage: self.usage.clone(),
+                });
+            }
+            self.step(backend, tk).await?;
+        }
+    }
+
+    /// Ends the generation now; what was run stays in the KV cache.
+    pub fn abort(&mut self) -> Event {
+        self.outbox.clear();
+        if self.finished.is_none() {
+            self.finished = Some(FinishReason::Abort);
+            self.usage.decode_ms = ms_since(self.started);
+        }
+        Event::Done {
+            finish: self.finished.unwrap_or(FinishReason::Abort),
+            usage: self.usage.clone(),
+        }
+    }
+
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
+    /// Samples one token (running the previous one first) and queues its text.
+    async fn step<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
+        if let Some(t) = self.to_run.take() {
+            self.logits = Some(self.run(backend, &[t]).await?);
+        }
+        if self.usage.generated_tokens >= self.opts.max_tokens {
+            return self.finish(tk, FinishReason::Length);
+        }
+        let Some(logits) = self.logits.take() else {
+            return self.finish(tk, FinishReason::Length);
+        };
+        let token = self.sampler.choose(logits, &self.history);
+        self.usage.generated_tokens += 1;
+        if tk.stop_tokens().contains(&token) {
+            return self.finish(tk, FinishReason::Stop);
+        }
+        self.history.push(token);
+        let (piece, hit) = self.stops.push(&self.text.push(tk, token)?);
+        if !piece.is_empty() {
+            self.outbox.push_back(Event::Text { text: piece, token });
+        }
+        if hit {
+            // Nothing after a stop string is emitted.
+            self.usage.decode_ms = ms_since(self.started);
+            self.finished = Some(FinishReason::Stop);
+            return Ok(());
+        }
+        let full = backend.tokens().len() + 1 >= backend.context_length();
+        if self.usage.generated_tokens >= self.opts.max_tokens || full {
+            return self.finish(tk, FinishReason::Length);
+        }
+        self.to_run = Some(token);
+        Ok(())
+    }
+
+    /// Ends with `reason`, emitting text still held back (a partial character, a
+    /// possible start of a stop string).
+    fn finish(&mut self, tk: &Tokenizer, reason: FinishReason) -> Result<()> {
+        let rest = self.stops.finish(&self.text.finish(tk)?);
+        if !rest.is_empty() {
+            let token = *self.history.last().unwrap_or(&0);
+            self.outbox.push_back(Event::Text { text: rest, token });
+        }
+        self.usage.decode_ms = ms_since(self.started);
+        self.finished = Some(reason);
+        Ok(())
+    }
+}
+
 /// Generates after `prompt` (the whole conversation so far), calling
 /// `on_text(text, token)` for each piece of text; returning `false` from it aborts.
 /// The part of `prompt` already in the backend's KV cache is not run again.
@@ -142,81 +320,17 @@ pub async fn generate<B: Backend>(
     opts: &GenerateOptions,
     mut on_text: impl FnMut(&str, u32) -> bool,
 ) -> Result<(FinishReason, Usage)> {
-    opts.sampler.validate().map_err(Error::invalid)?;
-    if prompt.is_empty() {
-        return Err(Error::invalid("the prompt is empty"));
-    }
-    let ctx = backend.context_length();
-    if prompt.len() >= ctx {
-        return Err(Error::invalid(format!(
-            "the prompt has {} tokens but the context holds {ctx} (and one more is needed to answer)",
-            prompt.len()
-        )));
-    }
-    // Reuse the KV cache of an earlier turn: run only what differs, at least one token.
-    let keep = common_prefix(backend.tokens(), prompt).min(prompt.len() - 1);
-    backend.truncate(keep);
-    let mut usage = Usage {
-        prompt_tokens: prompt.len(),
-        cached_tokens: keep,
-        ..Default::default()
-    };
-    let mut sampler = Sampler::new(opts.sampler.clone());
-    let mut history = prompt.to_vec();
-    let mut text = TextStream::new();
-    let mut stops = StopStrings::new(&opts.stop);
-    let top_k = if opts.sampler.temperature == 0.0 {
-        1
-    } else if opts.sampler.top_k == 0 {
-        MAX_CANDIDATES
-    } else {
-        opts.sampler.top_k.min(MAX_CANDIDATES)
-    };
-
-    let t0 = Instant::now();
-    let ids = sampler.penalized_ids(&history);
-    let want = Want {
-        top_k: Some(top_k),
-        penalty: opts.sampler.repetition_penalty,
-        penalty_ids: &ids,
-    };
-    let mut logits = backend.forward(&prompt[keep..], want).await?;
-    usage.prefill_ms = ms_since(t0);
-    let t1 = Instant::now();
-    let finish = loop {
-        if usage.generated_tokens >= opts.max_tokens {
-            break FinishReason::Length;
-        }
-        let token = sampler.choose(logits, &history);
-        usage.generated_tokens += 1;
-        if tk.stop_tokens().contains(&token) {
-            break FinishReason::Stop;
-        }
-        history.push(token);
-        let (piece, hit) = stops.push(&text.push(tk, token)?);
-        if !piece.is_empty() && !on_text(&piece, token) {
-            break FinishReason::Abort;
-        }
-        if hit {
-            break FinishReason::Stop;
-        }
-        if usage.generated_tokens >= opts.max_tokens || backend.tokens().len() + 1 >= ctx {
-            break FinishReason::Length;
-        }
-        let ids = sampler.penalized_ids(&history);
-        let want = Want {
-            top_k: Some(top_k),
-            penalty: opts.sampler.repetition_penalty,
-            penalty_ids: &ids,
-        };
-        logits = backend.forward(&[token], want).await?;
-    };
-    usage.decode_ms = ms_since(t1);
-    if finish != FinishReason::Abort {
-        let rest = stops.finish(&text.finish(tk)?);
-        if !rest.is_empty() {
-            on_text(&rest, *history.last().unwrap_or(&0));
+    let mut g = Generation::start(backend, prompt, opts).await?;
+    loop {
+        match g.next(backend, tk).await? {
+            Event::Text { text, token } => {
+                if !on_text(&text, token) {
+                    if let Event::Done { finish, usage } = g.abort() {
+                        return Ok((finish, usage));
+                    }
+                }
+            }
+            Event::Done { finish, usage } => return Ok((finish, usage)),
         }
     }
-    Ok((finish, usage))
 }

@@ -2,7 +2,7 @@
 //! shapes of a model, against a naive one-thread-per-row GEMV of the same weights in
 //! the same run; then prefill and decode tokens/s of the whole model.
 
-use pippin::engine::{Backend, GpuModel, GpuSession, SessionOptions, Want};
+use pippin::engine::{Backend, GpuBackend, GpuModel, GpuSession, SessionOptions, Want};
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::Step;
 use pippin::quant::kv::KvFormat;
@@ -125,10 +125,17 @@ pub fn model(m: &GpuModel, kv: KvFormat, prompt: usize, steps: usize) -> Result<
     };
     // Warm-up: compiles every pipeline both paths use.
     let mut warm = GpuSession::new(m, opts.clone())?;
+    let mut warm = GpuBackend {
+        model: m,
+        session: &mut warm,
+    };
     pollster::block_on(warm.forward(&tokens[..2], greedy()))?;
     pollster::block_on(warm.forward(&tokens[..1], greedy()))?;
-    drop(warm);
-    let mut s = GpuSession::new(m, opts)?;
+    let mut session = GpuSession::new(m, opts)?;
+    let mut s = GpuBackend {
+        model: m,
+        session: &mut session,
+    };
     let t = Instant::now();
     pollster::block_on(s.forward(&tokens, greedy()))?;
     let prefill = prompt as f64 / t.elapsed().as_secs_f64();

@@ -3,7 +3,9 @@
 mod bench;
 
 use clap::{Args, Parser, Subcommand};
-use pippin::engine::{self, CpuSession, GenerateOptions, GpuModel, GpuSession, SessionOptions};
+use pippin::engine::{
+    self, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, SessionOptions,
+};
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, Config};
@@ -172,8 +174,12 @@ fn generate(a: GenerateArgs) -> Result<()> {
             ..Default::default()
         };
         let mut session = GpuSession::new(&model, so)?;
+        let mut backend = GpuBackend {
+            model: &model,
+            session: &mut session,
+        };
         let (f, u) =
-            pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
+            pollster::block_on(engine::generate(&mut backend, &tk, &prompt, &opts, on_text))?;
         (f, u, format!("{name}, KV {:?}", a.kv))
     };
     let _ = writeln!(std::io::stdout());
