@@ -21,7 +21,9 @@ fn model() -> &'static GpuModel {
     static M: OnceLock<GpuModel> = OnceLock::new();
     M.get_or_init(|| {
         let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}).expect("model uploads")
+        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
+            .expect("model uploads")
+            .0
     })
 }
 
@@ -197,4 +199,81 @@ fn context_overflow_is_an_error_and_the_session_stays_usable() {
     assert!(e.contains("vocabulary"), "{e}");
     logits(&mut s, &[7042]);
     assert_eq!(be(&mut s).tokens().len(), 6);
+}
+
+/// A download: chunks of an awkward size, total length unknown.
+struct Chunks {
+    data: Vec<u8>,
+    pos: usize,
+    size: usize,
+}
+
+impl pippin::engine::ByteSource for Chunks {
+    async fn next_chunk(&mut self) -> pippin::Result<Option<Vec<u8>>> {
+        let end = (self.pos + self.size).min(self.data.len());
+        let c = self.data[self.pos..end].to_vec();
+        self.pos = end;
+        Ok((!c.is_empty()).then_some(c))
+    }
+    fn total_len(&self) -> Option<u64> {
+        None
+    }
+}
+
+fn load_chunks(data: Vec<u8>, size: usize) -> pippin::Result<GpuModel> {
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
+    let mut seen = 0;
+    let mut progress = |read: u64, _total: u64| {
+        assert!(read >= seen, "progress goes forward");
+        seen = read;
+    };
+    let mut src = Chunks { data, pos: 0, size };
+    pollster::block_on(GpuModel::load_from(gpu, &mut src, &mut progress)).map(|(m, _)| m)
+}
+
+#[test]
+fn streamed_upload_in_odd_chunks_gives_the_same_model() {
+    let data = std::fs::read(model_path()).unwrap();
+    let streamed = load_chunks(data, 7919).unwrap();
+    let mut s = GpuSession::new(
+        &streamed,
+        SessionOptions {
+            max_context: 64,
+            kv: KvFormat::F32,
+            chunk: 64,
+        },
+    )
+    .unwrap();
+    let got = match pollster::block_on(
+        GpuBackend {
+            model: &streamed,
+            session: &mut s,
+        }
+        .forward(&PROMPT, Want::logits()),
+    ) {
+        Ok(Logits::Full(l)) => l,
+        other => panic!("{other:?}"),
+    };
+    let want = logits(&mut session(KvFormat::F32, 64), &PROMPT);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn truncated_streams_are_clear_errors() {
+    let data = std::fs::read(model_path()).unwrap();
+    let e = load_chunks(data[..50_000_000].to_vec(), 1 << 20)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("ends inside tensor"), "{e}");
+    let e = load_chunks(data[..100_000].to_vec(), 4096)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("truncated"), "{e}");
+    let e = load_chunks(b"not a model at all".to_vec(), 4096)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a GGUF file"), "{e}");
 }

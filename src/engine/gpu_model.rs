@@ -2,7 +2,7 @@
 //! GGUF reader (the file is read front to back once and never held whole).
 
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, TensorStream};
+use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::{attention, Kernels};
@@ -46,50 +46,179 @@ enum Uploaded {
     Vector(wgpu::Buffer, Vec<f32>),
 }
 
-/// Loading progress: bytes of tensor data read so far, and in all.
+/// Loading progress: bytes of the file read so far, and its size (0 when unknown).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
-impl GpuModel {
-    /// Uploads the model whose header is `gguf`, reading tensor data from `r`, which
-    /// must be positioned at `gguf.header_len` (just after the header).
-    pub fn load<R: Read>(gpu: Gpu, gguf: &Gguf, r: R, progress: Progress) -> Result<GpuModel> {
-        let config = Config::from_gguf(gguf)?;
-        attention::check_shape(&config)?;
-        let mut specs: HashMap<String, TensorSpec> = HashMap::new();
-        for s in global_specs(&config)
-            .into_iter()
-            .chain((0..config.n_layers).flat_map(|i| layer_specs(&config, i)))
-        {
-            find(gguf, &s)?; // every tensor present, with its shape, before any upload
-            specs.insert(s.name.clone(), s);
+/// The tensors the model needs, each checked present with its shape before any upload.
+fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, TensorSpec>> {
+    let all = global_specs(config)
+        .into_iter()
+        .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
+    let mut specs = HashMap::new();
+    for s in all {
+        find(gguf, &s)?;
+        specs.insert(s.name.clone(), s);
+    }
+    Ok(specs)
+}
+
+fn upload(gpu: &Gpu, t: &TensorInfo, s: &TensorSpec, bytes: &[u8]) -> Result<Uploaded> {
+    Ok(if s.rows == 1 {
+        let v = quant::dequantize(t.ty, bytes, t.n_elements as usize)?;
+        Uploaded::Vector(gpu.upload_f32(&t.name, &v)?, v)
+    } else {
+        Uploaded::Matrix(GpuMatrix::upload(
+            gpu, &t.name, t.ty, bytes, s.rows, s.cols,
+        )?)
+    })
+}
+
+/// Where model bytes come from, front to back: a file, a download, a `Blob`.
+#[allow(async_fn_in_trait)]
+pub trait ByteSource {
+    /// The next chunk, or `None` at the end.
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>>;
+    /// Total size when known (file size, Content-Length).
+    fn total_len(&self) -> Option<u64>;
+}
+
+/// Any `Read` as a byte source, in 1 MiB chunks.
+pub struct ReadSource<R> {
+    pub reader: R,
+    pub len: Option<u64>,
+}
+
+impl<R: Read> ByteSource for ReadSource<R> {
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut chunk = Vec::with_capacity(1 << 20);
+        let n = (&mut self.reader).take(1 << 20).read_to_end(&mut chunk)?;
+        Ok((n > 0).then_some(chunk))
+    }
+    fn total_len(&self) -> Option<u64> {
+        self.len
+    }
+}
+
+/// Bytes of the stream from file offset `base` on, refilled chunk by chunk.
+struct Window<'s, S> {
+    src: &'s mut S,
+    buf: Vec<u8>,
+    base: u64,
+    eof: bool,
+    read: u64,
+}
+
+impl<S: ByteSource> Window<'_, S> {
+    /// Reads one more chunk; false at the end of the stream.
+    async fn fill(&mut self) -> Result<bool> {
+        match self.src.next_chunk().await? {
+            Some(c) => {
+                self.read += c.len() as u64;
+                self.buf.extend_from_slice(&c);
+                Ok(true)
+            }
+            None => {
+                self.eof = true;
+                Ok(false)
+            }
         }
-        let total: u64 = gguf
+    }
+
+    /// The bytes [start, start + n), dropping everything before `start`.
+    async fn take(&mut self, start: u64, n: u64, name: &str) -> Result<Vec<u8>> {
+        if start < self.base {
+            return Err(Error::gguf(format!(
+                "tensor {name:?} starts inside the previous one"
+            )));
+        }
+        loop {
+            let drop = ((start - self.base) as usize).min(self.buf.len());
+            self.buf.drain(..drop);
+            self.base += drop as u64;
+            if self.base == start && self.buf.len() as u64 >= n {
+                break;
+            }
+            if !self.fill().await? {
+                return Err(Error::Truncated(format!(
+                    "the file ends inside tensor {name:?}"
+                )));
+            }
+        }
+        self.base += n;
+        Ok(self.buf.drain(..n as usize).collect())
+    }
+}
+
+impl GpuModel {
+    /// Parses the header and uploads the model from a byte stream, tensor by tensor as
+    /// the bytes arrive: at most one tensor and one chunk are held in memory.
+    /// `progress(bytes read, total)` is called as the stream is consumed.
+    pub async fn load_from<S: ByteSource>(
+        gpu: Gpu,
+        src: &mut S,
+        progress: Progress<'_>,
+    ) -> Result<(GpuModel, Gguf)> {
+        let total = src.total_len();
+        let mut w = Window {
+            src,
+            buf: Vec::new(),
+            base: 0,
+            eof: false,
+            read: 0,
+        };
+        // The header's size is unknown until it parses: retry as the buffer doubles.
+        let mut tried_at = 0usize;
+        let gguf = loop {
+            if w.buf.len() >= tried_at.saturating_mul(2).max(64 << 10) || w.eof {
+                tried_at = w.buf.len();
+                match crate::gguf::read_header(&w.buf[..], total) {
+                    Ok(g) => break g,
+                    Err(Error::Truncated(_)) if !w.eof => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if !w.fill().await? && w.buf.len() == tried_at {
+                // At the end and already tried with every byte there is.
+                crate::gguf::read_header(&w.buf[..], total)?;
+            }
+            progress(w.read, total.unwrap_or(0));
+        };
+        let config = Config::from_gguf(&gguf)?;
+        attention::check_shape(&config)?;
+        let specs = needed(&gguf, &config)?;
+        let mut order: Vec<&crate::gguf::TensorInfo> = gguf
             .tensors
             .iter()
             .filter(|t| specs.contains_key(&t.name))
-            .map(|t| t.n_bytes)
-            .sum();
-        let mut done = 0;
+            .collect();
+        order.sort_by_key(|t| t.offset);
         let mut up: HashMap<String, Uploaded> = HashMap::new();
-        let mut stream = TensorStream::new(gguf, r);
-        while let Some((t, bytes)) = stream.next_tensor()? {
-            let Some(s) = specs.get(&t.name) else {
-                continue;
-            };
-            let item = if s.rows == 1 {
-                let v = quant::dequantize(t.ty, &bytes, t.n_elements as usize)?;
-                Uploaded::Vector(gpu.upload_f32(&t.name, &v)?, v)
-            } else {
-                Uploaded::Matrix(GpuMatrix::upload(
-                    &gpu, &t.name, t.ty, &bytes, s.rows, s.cols,
-                )?)
-            };
+        for t in order {
+            let s = &specs[&t.name];
+            let bytes = w
+                .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
+                .await?;
+            up.insert(t.name.clone(), upload(&gpu, t, s, &bytes)?);
             gpu.take_error()?;
-            up.insert(t.name.clone(), item);
-            done += t.n_bytes;
-            progress(done, total);
+            progress(w.read, total.unwrap_or(0));
         }
-        Self::assemble(gpu, config, up)
+        Ok((Self::assemble(gpu, config, up)?, gguf))
+    }
+
+    /// Opens and uploads a GGUF file.
+    pub async fn load_file(
+        gpu: Gpu,
+        path: &std::path::Path,
+        progress: Progress<'_>,
+    ) -> Result<(GpuModel, Gguf)> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", path.display())))?;
+        let len = file.metadata()?.len();
+        let mut src = ReadSource {
+            reader: std::io::BufReader::with_capacity(1 << 20, file),
+            len: Some(len),
+        };
+        Self::load_from(gpu, &mut src, progress).await
     }
 
     fn assemble(gpu: Gpu, config: Config, mut up: HashMap<String, Uploaded>) -> Result<GpuModel> {
@@ -169,19 +298,6 @@ impl GpuModel {
             rope_freqs,
             weight_bytes,
         })
-    }
-
-    /// Opens and uploads a GGUF file.
-    pub fn load_file(gpu: Gpu, path: &std::path::Path, progress: Progress) -> Result<GpuModel> {
-        use std::io::{Seek, SeekFrom};
-        let (gguf, mut file) = Gguf::open(path)?;
-        file.seek(SeekFrom::Start(gguf.header_len))?;
-        Self::load(
-            gpu,
-            &gguf,
-            std::io::BufReader::with_capacity(1 << 20, file),
-            progress,
-        )
     }
 
     pub fn head(&self) -> &GpuMatrix {

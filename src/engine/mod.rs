@@ -7,7 +7,7 @@ mod gpu_session;
 mod stop;
 
 pub use cpu::CpuSession;
-pub use gpu_model::{GpuLayer, GpuModel};
+pub use gpu_model::{ByteSource, GpuLayer, GpuModel, Progress, ReadSource};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};

@@ -167,7 +167,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             subgroups: true,
         }))?;
         let name = format!("GPU {} ({})", gpu.adapter.name, gpu.adapter.backend);
-        let model = GpuModel::load_file(gpu, &a.model, &mut |_, _| {})?;
+        let (model, _) = pollster::block_on(GpuModel::load_file(gpu, &a.model, &mut |_, _| {}))?;
         let so = SessionOptions {
             max_context: a.max_context,
             kv: a.kv,
@@ -209,7 +209,7 @@ fn run_bench(
         "adapter: {} ({}, {}; software: {}, subgroup size: {})",
         a.name, a.backend, a.driver, a.software, a.subgroup_size
     );
-    let model = GpuModel::load_file(gpu, path, &mut |_, _| {})?;
+    let (model, _) = pollster::block_on(GpuModel::load_file(gpu, path, &mut |_, _| {}))?;
     println!(
         "model: {} ({} MB of weights on the GPU)\n",
         path.display(),
