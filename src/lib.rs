@@ -10,5 +10,7 @@ pub mod model;
 pub mod quant;
 pub mod sampler;
 pub mod tokenizer;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 
 pub use error::{Error, Result};

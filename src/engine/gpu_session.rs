@@ -99,6 +99,20 @@ impl GpuSession {
         })
     }
 
+    /// Tokens in the KV cache.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Forgets the conversation; the next call starts from position 0.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+    }
+
     pub fn kv_bytes(&self) -> u64 {
         self.cache.iter().map(LayerCache::bytes).sum()
     }

@@ -4,7 +4,8 @@
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Arch {
     /// Llama, SmolLM2, Llama 3.x, Mistral-style checkpoints.
     Llama,
@@ -13,7 +14,8 @@ pub enum Arch {
 }
 
 /// How RoPE pairs the dimensions of a head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum RopeStyle {
     /// Adjacent pairs (2i, 2i+1). llama.cpp's converter permutes Llama's Q/K rows so
     /// that this equals Hugging Face's half-split rotation.
@@ -22,7 +24,8 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Config {
     pub arch: Arch,
     pub n_layers: usize,

@@ -1,0 +1,216 @@
+// Pippin's public JavaScript API: a small layer over the wasm-bindgen engine that
+// adds what JavaScript developers expect — async iterators and ReadableStreams,
+// AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
+import init, { Engine } from "./pippin_wasm.js";
+
+const CACHE = "pippin-models";
+let ready = null;
+
+function initOnce(wasmUrl) {
+  ready ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined);
+  return ready;
+}
+
+/** Throws a clear Error when this browser has no usable WebGPU. */
+async function checkWebGPU() {
+  if (!globalThis.navigator?.gpu) {
+    throw new Error(
+      "WebGPU is not available in this browser. Pippin needs Chrome or Edge 113+ " +
+        "(on Linux: chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu), " +
+        "Safari 26+, or Firefox 141+ on Windows; the page must be served over https or from localhost.",
+    );
+  }
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) {
+    throw new Error("WebGPU is available but no GPU adapter was found (the GPU may be blocklisted or disabled).");
+  }
+}
+
+async function fetchModel(url, useCache) {
+  const cache = useCache && globalThis.caches ? await caches.open(CACHE) : null;
+  const hit = cache ? await cache.match(url) : undefined;
+  if (hit) return hit;
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (e) {
+    throw new Error(`Downloading the model from ${url} failed: ${e.message}`);
+  }
+  if (!response.ok) {
+    throw new Error(`Downloading the model from ${url} failed: HTTP ${response.status} ${response.statusText}`);
+  }
+  if (cache) {
+    // Both copies stream: one into Cache Storage, one into the GPU.
+    cache.put(url, response.clone()).catch(() => {});
+  }
+  return response;
+}
+
+async function openSource(source, options) {
+  if (typeof source === "string" || source instanceof URL) {
+    source = await fetchModel(String(source), options.cache !== false);
+  }
+  if (source instanceof Response) {
+    if (!source.body) throw new Error("The model Response has no body.");
+    const total = Number(source.headers.get("content-length")) || undefined;
+    return { stream: source.body, total };
+  }
+  if (source instanceof Blob) return { stream: source.stream(), total: source.size };
+  if (source instanceof ArrayBuffer) source = new Uint8Array(source);
+  if (ArrayBuffer.isView(source)) {
+    const blob = new Blob([source]);
+    return { stream: blob.stream(), total: blob.size };
+  }
+  throw new TypeError("Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
+}
+
+function generationOptions(o = {}) {
+  const out = {};
+  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop"]) {
+    if (o[k] !== undefined) out[k] = o[k];
+  }
+  if (typeof out.stop === "string") out.stop = [out.stop];
+  return out;
+}
+
+/** A reply: iterate it with `for await`, or read it as a ReadableStream or a string. */
+class Reply {
+  #engine;
+  #start;
+  #signal;
+  #used = false;
+
+  constructor(engine, start, signal) {
+    this.#engine = engine;
+    this.#start = start;
+    this.#signal = signal;
+  }
+
+  async *[Symbol.asyncIterator]() {
+    if (this.#used) throw new Error("A reply can be read only once.");
+    this.#used = true;
+    const engine = this.#engine;
+    await this.#start();
+    const onAbort = () => engine.abort();
+    if (this.#signal?.aborted) engine.abort();
+    this.#signal?.addEventListener("abort", onAbort);
+    let finished = false;
+    try {
+      for (;;) {
+        const c = await engine.next();
+        if (c.done) {
+          finished = true;
+          yield { text: "", done: true, finishReason: c.finishReason, usage: c.usage };
+          return;
+        }
+        yield { text: c.text, tokenId: c.tokenId, done: false };
+      }
+    } finally {
+      this.#signal?.removeEventListener("abort", onAbort);
+      if (!finished) engine.abort();
+    }
+  }
+
+  /** The same chunks as a ReadableStream. */
+  stream() {
+    const it = this[Symbol.asyncIterator]();
+    return new ReadableStream({
+      async pull(controller) {
+        const { value, done } = await it.next();
+        if (done) controller.close();
+        else controller.enqueue(value);
+      },
+      cancel() {
+        return it.return();
+      },
+    });
+  }
+
+  /** The whole reply as one string. */
+  async text() {
+    let s = "";
+    for await (const c of this) s += c.text;
+    return s;
+  }
+}
+
+export class Pippin {
+  #engine;
+
+  constructor(engine) {
+    this.#engine = engine;
+  }
+
+  /**
+   * Loads a GGUF model onto the GPU, streaming it tensor by tensor.
+   * @param source a URL, a Response, a Blob/File or a Uint8Array
+   * @param options { onProgress, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl }
+   */
+  static async load(source, options = {}) {
+    await checkWebGPU();
+    await initOnce(options.wasmUrl);
+    const progress = options.onProgress;
+    progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
+    const { stream, total } = await openSource(source, options);
+    const onBytes = progress
+      ? (loaded, size) => {
+          const t = size || total || 0;
+          progress({ phase: "upload", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
+        }
+      : undefined;
+    const engine = await Engine.load(stream, total, { kvCache: options.kvCache, maxContext: options.maxContext }, onBytes);
+    progress?.({ phase: "ready", loaded: total ?? 0, total: total ?? 0, fraction: 1 });
+    return new Pippin(engine);
+  }
+
+  /** Streams a continuation of `prompt` (no chat template). */
+  generate(prompt, options = {}) {
+    return new Reply(this.#engine, () => this.#engine.generate(String(prompt), generationOptions(options)), options.signal);
+  }
+
+  /** Streams the assistant's reply to `messages` ([{role, content}]) in the model's chat template. */
+  chat(messages, options = {}) {
+    return new Reply(this.#engine, () => this.#engine.chat(messages, generationOptions(options)), options.signal);
+  }
+
+  /** { prefillTokensPerS, decodeTokensPerS, weightBytes, kvCacheBytes, contextTokens } */
+  stats() {
+    return this.#engine.stats();
+  }
+
+  /** { config, adapter, backend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
+  info() {
+    return this.#engine.info();
+  }
+
+  /** Forgets the conversation (a new chat). */
+  reset() {
+    this.#engine.reset();
+  }
+
+  /** Frees the GPU memory. */
+  async dispose() {
+    this.#engine.dispose();
+    this.#engine.free();
+  }
+
+  /** Models kept in Cache Storage: [{ url, bytes }]. */
+  static async cached() {
+    if (!globalThis.caches) return [];
+    const cache = await caches.open(CACHE);
+    const out = [];
+    for (const req of await cache.keys()) {
+      const r = await cache.match(req);
+      out.push({ url: req.url, bytes: Number(r?.headers.get("content-length")) || (await r.blob()).size });
+    }
+    return out;
+  }
+
+  /** Removes a model from Cache Storage; true when it was there. */
+  static async deleteCached(url) {
+    if (!globalThis.caches) return false;
+    return (await caches.open(CACHE)).delete(url);
+  }
+}
+
+export default Pippin;

@@ -1,0 +1,332 @@
+//! JavaScript bindings (wasm-bindgen): only translation between JS values and the
+//! engine. The hand-written layer in `js/` turns these into the public API (async
+//! iterators, AbortSignal, Cache Storage, the Worker).
+
+mod source;
+
+use crate::engine::{
+    Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, SessionOptions, Usage,
+};
+use crate::gpu::{Caps, Gpu};
+use crate::quant::kv::KvFormat;
+use crate::tokenizer::{Message, Tokenizer};
+use serde::{Deserialize, Serialize};
+use source::JsStream;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+
+fn js_err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(js_err)
+}
+
+/// A Promise of `f`, rejected with a JS `Error` when it fails.
+fn promise(
+    f: impl std::future::Future<Output = Result<JsValue, JsError>> + 'static,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move { f.await.map_err(JsValue::from) })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct LoadOptions {
+    kv_cache: Option<KvFormat>,
+    max_context: Option<usize>,
+}
+
+struct Inner {
+    model: GpuModel,
+    session: GpuSession,
+    tk: Tokenizer,
+    generation: Option<Generation>,
+    last: Usage,
+}
+
+/// A loaded model and its conversation. Calls that run the GPU are not queued: a
+/// second one while one runs is rejected.
+#[wasm_bindgen]
+pub struct Engine {
+    inner: Rc<RefCell<Option<Inner>>>,
+    busy: Rc<Cell<bool>>,
+    aborted: Rc<Cell<bool>>,
+}
+
+/// Marks the engine busy for the life of one call.
+struct Busy(Rc<Cell<bool>>);
+
+impl Busy {
+    fn take(flag: &Rc<Cell<bool>>) -> Result<Busy, JsError> {
+        if flag.replace(true) {
+            return Err(JsError::new(
+                "Pippin is already generating on this model: wait for the running call to finish or abort it (calls are not queued)",
+            ));
+        }
+        Ok(Busy(flag.clone()))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+#[wasm_bindgen]
+impl Engine {
+    /// Loads a GGUF model from a stream of bytes (`Response.body`, `Blob.stream()`),
+    /// uploading it to the GPU tensor by tensor. `total` is the size when known;
+    /// `onProgress(loaded, total)` is called as bytes arrive.
+    pub async fn load(
+        stream: web_sys::ReadableStream,
+        total: Option<f64>,
+        options: JsValue,
+        on_progress: Option<js_sys::Function>,
+    ) -> Result<Engine, JsError> {
+        console_error_panic_hook::set_once();
+        let opts: LoadOptions = if options.is_undefined() || options.is_null() {
+            LoadOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(js_err)?
+        };
+        let gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
+        let mut src = JsStream::new(stream, total.map(|t| t as u64));
+        let mut progress = |loaded: u64, total: u64| {
+            if let Some(f) = &on_progress {
+                let _ = f.call2(
+                    &JsValue::NULL,
+                    &(loaded as f64).into(),
+                    &(total as f64).into(),
+                );
+            }
+        };
+        let (model, gguf) = GpuModel::load_from(gpu, &mut src, &mut progress)
+            .await
+            .map_err(js_err)?;
+        let tk = Tokenizer::from_gguf(&gguf.metadata).map_err(js_err)?;
+        let so = SessionOptions {
+            max_context: opts.max_context.unwrap_or(2048),
+            kv: opts.kv_cache.unwrap_or_default(),
+            ..Default::default()
+        };
+        let session = GpuSession::new(&model, so).map_err(js_err)?;
+        let inner = Inner {
+            model,
+            session,
+            tk,
+            generation: None,
+            last: Usage::default(),
+        };
+        Ok(Engine {
+            inner: Rc::new(RefCell::new(Some(inner))),
+            busy: Rc::new(Cell::new(false)),
+            aborted: Rc::new(Cell::new(false)),
+        })
+    }
+
+    /// Starts a reply to `prompt` (plain text, no chat template).
+    pub fn generate(&self, prompt: String, options: JsValue) -> js_sys::Promise {
+        self.start(Request::Prompt(prompt), options)
+    }
+
+    /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template.
+    /// The KV cache of the previous turn is reused where the conversation matches.
+    pub fn chat(&self, messages: JsValue, options: JsValue) -> js_sys::Promise {
+        match serde_wasm_bindgen::from_value::<Vec<Message>>(messages) {
+            Ok(m) => self.start(Request::Chat(m), options),
+            Err(e) => js_sys::Promise::reject(
+                &js_err(format!("messages must be [{{role, content}}]: {e}")).into(),
+            ),
+        }
+    }
+
+    fn start(&self, req: Request, options: JsValue) -> js_sys::Promise {
+        let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
+        promise(async move {
+            let _busy = Busy::take(&busy)?;
+            aborted.set(false);
+            let opts: GenerateOptions = if options.is_undefined() || options.is_null() {
+                GenerateOptions::default()
+            } else {
+                serde_wasm_bindgen::from_value(options).map_err(js_err)?
+            };
+            let mut guard = inner.borrow_mut();
+            let s = guard
+                .as_mut()
+                .ok_or_else(|| JsError::new("this model was disposed"))?;
+            s.generation = None;
+            let prompt = match req {
+                Request::Prompt(p) => s.tk.encode_prompt(&p, false),
+                Request::Chat(m) => {
+                    s.tk.apply_chat_template(&m, true)
+                        .and_then(|t| s.tk.encode_prompt(&t, true))
+                }
+            }
+            .map_err(js_err)?;
+            let mut b = GpuBackend {
+                model: &s.model,
+                session: &mut s.session,
+            };
+            s.generation = Some(
+                Generation::start(&mut b, &prompt, &opts)
+                    .await
+                    .map_err(js_err)?,
+            );
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The next chunk of the running reply: `{text, tokenId}`, then once
+    /// `{done: true, finishReason, usage}`.
+    pub fn next(&self) -> js_sys::Promise {
+        let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
+        promise(async move {
+            let _busy = Busy::take(&busy)?;
+            let mut guard = inner.borrow_mut();
+            let s = guard
+                .as_mut()
+                .ok_or_else(|| JsError::new("this model was disposed"))?;
+            let Inner {
+                model,
+                session,
+                tk,
+                generation,
+                last,
+            } = s;
+            let g = generation.as_mut().ok_or_else(|| {
+                JsError::new("no generation is running: call generate() or chat() first")
+            })?;
+            let event = if aborted.get() {
+                g.abort()
+            } else {
+                g.next(&mut GpuBackend { model, session }, tk)
+                    .await
+                    .map_err(js_err)?
+            };
+            to_js(&match event {
+                Event::Text { text, token } => Chunk {
+                    text: Some(text),
+                    token_id: Some(token),
+                    ..Default::default()
+                },
+                Event::Done { finish, usage } => {
+                    *last = usage.clone();
+                    Chunk {
+                        done: true,
+                        finish_reason: Some(finish),
+                        usage: Some(usage),
+                        ..Default::default()
+                    }
+                }
+            })
+        })
+    }
+
+    /// Asks the running reply to stop; the next `next()` ends it with `abort`.
+    pub fn abort(&self) {
+        self.aborted.set(true);
+    }
+
+    /// Speeds of the last reply and GPU memory in use.
+    pub fn stats(&self) -> Result<JsValue, JsError> {
+        let guard = self
+            .inner
+            .try_borrow()
+            .map_err(|_| JsError::new("Pippin is busy"))?;
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| JsError::new("this model was disposed"))?;
+        to_js(&Stats {
+            prefill_tokens_per_s: s.last.prefill_tokens_per_s(),
+            decode_tokens_per_s: s.last.decode_tokens_per_s(),
+            weight_bytes: s.model.weight_bytes,
+            kv_cache_bytes: s.session.kv_bytes(),
+            context_tokens: s.session.len(),
+        })
+    }
+
+    /// The model's configuration and the WebGPU adapter.
+    pub fn info(&self) -> Result<JsValue, JsError> {
+        let guard = self
+            .inner
+            .try_borrow()
+            .map_err(|_| JsError::new("Pippin is busy"))?;
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| JsError::new("this model was disposed"))?;
+        let g = &s.model.gpu;
+        to_js(&Info {
+            config: &s.model.config,
+            adapter: &g.adapter.name,
+            backend: &g.adapter.backend,
+            shader_f16: g.caps.shader_f16,
+            subgroups: g.caps.subgroups,
+            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
+            max_buffer_size: g.limits.max_buffer_size,
+        })
+    }
+
+    /// Forgets the conversation (the KV cache is kept allocated, its contents dropped).
+    pub fn reset(&self) -> Result<(), JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        let mut guard = self.inner.borrow_mut();
+        let s = guard
+            .as_mut()
+            .ok_or_else(|| JsError::new("this model was disposed"))?;
+        s.generation = None;
+        s.session.clear();
+        Ok(())
+    }
+
+    /// Frees the GPU memory; the engine cannot be used afterwards.
+    pub fn dispose(&self) -> Result<(), JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        self.inner.borrow_mut().take();
+        Ok(())
+    }
+}
+
+enum Request {
+    Prompt(String),
+    Chat(Vec<Message>),
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Chunk {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_id: Option<u32>,
+    done: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finish_reason: Option<crate::engine::FinishReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Stats {
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    weight_bytes: u64,
+    kv_cache_bytes: u64,
+    context_tokens: usize,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Info<'a> {
+    config: &'a crate::model::Config,
+    adapter: &'a str,
+    backend: &'a str,
+    shader_f16: bool,
+    subgroups: bool,
+    max_storage_buffer_binding_size: u64,
+    max_buffer_size: u64,
+}

@@ -1,0 +1,43 @@
+//! A JavaScript `ReadableStream<Uint8Array>` as the engine's byte source.
+
+use crate::engine::ByteSource;
+use crate::error::{Error, Result};
+use wasm_bindgen::JsCast;
+
+pub struct JsStream {
+    reader: web_sys::ReadableStreamDefaultReader,
+    total: Option<u64>,
+}
+
+impl JsStream {
+    pub fn new(stream: web_sys::ReadableStream, total: Option<u64>) -> Self {
+        let reader = stream.get_reader().unchecked_into();
+        JsStream { reader, total }
+    }
+}
+
+fn describe(e: wasm_bindgen::JsValue) -> Error {
+    let msg = js_sys::Error::from(e).message();
+    Error::invalid(format!("reading the model failed: {}", String::from(msg)))
+}
+
+impl ByteSource for JsStream {
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let r = wasm_bindgen_futures::JsFuture::from(self.reader.read())
+            .await
+            .map_err(describe)?;
+        let done = js_sys::Reflect::get(&r, &"done".into()).map_err(describe)?;
+        if done.as_bool().unwrap_or(false) {
+            return Ok(None);
+        }
+        let value = js_sys::Reflect::get(&r, &"value".into()).map_err(describe)?;
+        let bytes: js_sys::Uint8Array = value
+            .dyn_into()
+            .map_err(|_| Error::invalid("the model stream must yield Uint8Array chunks"))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    fn total_len(&self) -> Option<u64> {
+        self.total
+    }
+}
