@@ -11,7 +11,8 @@ function initOnce(wasmUrl) {
   return ready;
 }
 
-/** Throws a clear Error when this browser has no usable WebGPU. */
+/** Throws a clear Error when this browser has no usable WebGPU; tells whether the
+ * adapter is a CPU implementation (SwiftShader), which gets kernels shaped for CPUs. */
 async function checkWebGPU() {
   if (!globalThis.navigator?.gpu) {
     throw new Error(
@@ -24,6 +25,8 @@ async function checkWebGPU() {
   if (!adapter) {
     throw new Error("WebGPU is available but no GPU adapter was found (the GPU may be blocklisted or disabled).");
   }
+  const arch = adapter.info?.architecture ?? "";
+  return { software: Boolean(adapter.info?.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(arch) };
 }
 
 async function fetchModel(url, useCache) {
@@ -147,7 +150,7 @@ export class Pippin {
    * @param options { onProgress, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl }
    */
   static async load(source, options = {}) {
-    await checkWebGPU();
+    const adapter = await checkWebGPU();
     await initOnce(options.wasmUrl);
     const progress = options.onProgress;
     progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
@@ -158,7 +161,7 @@ export class Pippin {
           progress({ phase: "upload", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
         }
       : undefined;
-    const engine = await Engine.load(stream, total, { kvCache: options.kvCache, maxContext: options.maxContext }, onBytes);
+    const engine = await Engine.load(stream, total, { kvCache: options.kvCache, maxContext: options.maxContext, softwareAdapter: adapter.software }, onBytes);
     progress?.({ phase: "ready", loaded: total ?? 0, total: total ?? 0, fraction: 1 });
     return new Pippin(engine);
   }

@@ -37,6 +37,8 @@ fn promise(
 struct LoadOptions {
     kv_cache: Option<KvFormat>,
     max_context: Option<usize>,
+    /// The page saw a CPU adapter (SwiftShader): wgpu cannot tell from inside.
+    software_adapter: bool,
 }
 
 struct Inner {
@@ -93,7 +95,8 @@ impl Engine {
         } else {
             serde_wasm_bindgen::from_value(options).map_err(js_err)?
         };
-        let gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
+        let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
+        gpu.adapter.software |= opts.software_adapter;
         let mut src = JsStream::new(stream, total.map(|t| t as u64));
         let mut progress = |loaded: u64, total: u64| {
             if let Some(f) = &on_progress {

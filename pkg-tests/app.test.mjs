@@ -1,0 +1,174 @@
+// The built npm package (pkg/) used by a web page the way an app would, in Debian's
+// headless Chromium with WebGPU (SwiftShader): load the default model from a URL with
+// progress, stream replies, abort and continue, and the error cases.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { serve } from "./serve.mjs";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+
+let server, base, browser, page;
+const consoleErrors = [];
+
+async function open(args) {
+  const b = await chromium.launch({ executablePath: "/usr/bin/chromium", args });
+  const p = await b.newPage();
+  p.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  p.on("pageerror", (e) => consoleErrors.push(e.message));
+  await p.goto(`${base}/pkg-tests/app.html`);
+  await p.waitForFunction(() => window.ready);
+  return [b, p];
+}
+
+before(async () => {
+  server = await serve(root);
+  base = `http://127.0.0.1:${server.address().port}`;
+  [browser, page] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
+  // The model is loaded once and shared by the tests below.
+  const progress = await page.evaluate(async (url) => {
+    const seen = [];
+    window.llm = await Pippin.load(url, { cache: false, onProgress: (p) => seen.push(p) });
+    return seen;
+  }, MODEL);
+  assert.equal(progress[0].phase, "download");
+  assert.equal(progress.at(-1).phase, "ready");
+  const uploads = progress.filter((p) => p.phase === "upload");
+  assert.ok(uploads.length > 10, "upload progress is reported as bytes arrive");
+  assert.ok(uploads.every((p, i) => i === 0 || p.loaded >= uploads[i - 1].loaded));
+  assert.equal(uploads.at(-1).total, 98362432);
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+test("streams the reference greedy continuation", async () => {
+  const r = await page.evaluate(async () => {
+    const chunks = [];
+    for await (const c of llm.generate("The capital of France is", { maxTokens: 4 })) chunks.push(c);
+    return chunks;
+  });
+  const text = r.filter((c) => !c.done).map((c) => c.text).join("");
+  assert.equal(text, " Paris.\n\n");
+  const last = r.at(-1);
+  assert.equal(last.done, true);
+  assert.equal(last.finishReason, "length");
+  assert.equal(last.usage.generatedTokens, 4);
+  assert.ok(r.slice(0, -1).every((c) => typeof c.tokenId === "number" && c.text.length > 0));
+});
+
+test("a reply is also a ReadableStream", async () => {
+  const text = await page.evaluate(async () => {
+    const reader = llm.generate("The capital of France is", { maxTokens: 2 }).stream().getReader();
+    let s = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return s;
+      s += value.text;
+    }
+  });
+  assert.equal(text, " Paris.");
+});
+
+test("abort mid-stream stops within a step, and the model goes on", async () => {
+  const r = await page.evaluate(async () => {
+    const ctl = new AbortController();
+    const chunks = [];
+    for await (const c of llm.generate("Once upon a time", { maxTokens: 50, signal: ctl.signal })) {
+      chunks.push(c);
+      if (chunks.length === 2) ctl.abort();
+    }
+    const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+    return { chunks, after };
+  });
+  assert.equal(r.chunks.at(-1).finishReason, "abort");
+  assert.ok(r.chunks.length <= 4, `stopped within a step (${r.chunks.length} chunks)`);
+  assert.equal(r.after, " Paris.");
+});
+
+test("a second generate while one runs is rejected clearly", async () => {
+  const msg = await page.evaluate(async () => {
+    const a = llm.generate("Hello", { maxTokens: 3 })[Symbol.asyncIterator]();
+    const first = a.next();
+    try {
+      await llm.generate("Hi", { maxTokens: 1 }).text();
+      return "no error";
+    } catch (e) {
+      return e instanceof Error ? e.message : String(e);
+    } finally {
+      await first;
+      await a.return();
+    }
+  });
+  assert.match(msg, /already generating/);
+});
+
+test("chat uses the template, reuses the KV cache, and reports stats and info", async () => {
+  const r = await page.evaluate(async () => {
+    llm.reset();
+    const msgs = [{ role: "user", content: "What is the capital of France?" }];
+    const reply = await llm.chat(msgs, { maxTokens: 12 }).text();
+    msgs.push({ role: "assistant", content: reply }, { role: "user", content: "And of Italy?" });
+    let usage;
+    for await (const c of llm.chat(msgs, { maxTokens: 3 })) if (c.done) usage = c.usage;
+    return { reply, usage, stats: llm.stats(), info: llm.info() };
+  });
+  assert.match(r.reply, /Paris/);
+  assert.ok(r.usage.cachedTokens > 20, `turn 1 is reused (${r.usage.cachedTokens} cached tokens)`);
+  assert.ok(r.stats.decodeTokensPerS > 0 && r.stats.weightBytes > 90e6 && r.stats.kvCacheBytes > 0);
+  assert.equal(r.info.config.nLayers, 30);
+  assert.equal(typeof r.info.adapter, "string");
+});
+
+test("bad sources are clear errors and the loaded model keeps working", async () => {
+  const r = await page.evaluate(async () => {
+    const err = async (f) => {
+      try {
+        await f();
+        return "no error";
+      } catch (e) {
+        return e instanceof Error ? e.message : `not an Error: ${e}`;
+      }
+    };
+    return {
+      missing: await err(() => Pippin.load("/models/missing.gguf", { cache: false })),
+      truncated: await err(() => Pippin.load("/test/truncated.gguf", { cache: false })),
+      garbage: await err(() => Pippin.load(new TextEncoder().encode("definitely not a model"))),
+      options: await err(() => llm.generate("x", { topP: 3 }).text()),
+      still: await llm.generate("The capital of France is", { maxTokens: 2 }).text(),
+    };
+  });
+  assert.match(r.missing, /HTTP 404/);
+  assert.match(r.truncated, /truncated|ends inside tensor/);
+  assert.match(r.garbage, /not a GGUF file/);
+  assert.match(r.options, /top_p/);
+  assert.equal(r.still, " Paris.");
+});
+
+test("the page logged no errors but the expected 404", () => {
+  const unexpected = consoleErrors.filter((e) => !/404/.test(e));
+  assert.deepEqual(unexpected, []);
+});
+
+test("without WebGPU the error says what to do", async () => {
+  const [b, p] = await open(FLAGS);
+  try {
+    const msg = await p.evaluate(async () => {
+      try {
+        await Pippin.load("/models/none.gguf");
+        return "no error";
+      } catch (e) {
+        return e.message;
+      }
+    });
+    assert.match(msg, /WebGPU/);
+  } finally {
+    await b.close();
+  }
+});
