@@ -1,0 +1,177 @@
+//! Kernel parity in the browser: the same WGSL kernels on the page's WebGPU adapter
+//! (SwiftShader in headless Chromium: no shader-f16, no subgroups through wgpu)
+//! against the CPU reference compiled into the same wasm.
+#![cfg(target_arch = "wasm32")]
+
+use pippin::gpu::{Caps, Gpu};
+use pippin::kernels::attention::{self, LayerCache};
+use pippin::kernels::matmul::{self, GpuMatrix, Io};
+use pippin::kernels::{elementwise, sample, Kernels, Step};
+use pippin::model::reference::{self, AttnShape};
+use pippin::model::{Arch, Config, RopeStyle};
+use pippin::quant::kv::{round_trip, KvFormat};
+use pippin::quant::{dequantize, encode, GgmlType};
+use pippin::sampler::Rng;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+struct Ctx {
+    gpu: Gpu,
+    k: Kernels,
+}
+
+async fn ctx() -> Ctx {
+    let gpu = Gpu::new(Caps::default()).await.expect("WebGPU adapter");
+    let k = Kernels::new(&gpu);
+    Ctx { gpu, k }
+}
+
+impl Ctx {
+    fn run(&self, f: impl FnOnce(&mut wgpu::ComputePass)) {
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            f(&mut pass);
+        }
+        self.gpu.queue.submit([enc.finish()]);
+    }
+    async fn read(&self, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+        self.gpu.read_f32(b, 0, n as u64).await.expect("read-back")
+    }
+    fn buf(&self, x: &[f32]) -> wgpu::Buffer {
+        self.gpu.upload_f32("x", x).unwrap()
+    }
+    fn step(&self, n: usize, pos0: usize) -> wgpu::Buffer {
+        self.gpu.uniform("step", bytemuck::bytes_of(&Step::new(n, pos0)))
+    }
+}
+
+#[wasm_bindgen_test]
+async fn matmul_formats_gemv_and_gemm() {
+    let c = ctx().await;
+    for (ty, bytes_of) in [
+        (GgmlType::Q4_1, encode::q4_1 as fn(&[f32]) -> Vec<u8>),
+        (GgmlType::Q8_0, encode::q8_0),
+        (GgmlType::Q4_0, encode::q4_0),
+        (GgmlType::F16, encode::f16s),
+    ] {
+        for (rows, cols, t) in [(37, 96, 1), (70, 64, 5), (129, 160, 17)] {
+            let w = values(rows * cols, 3);
+            let bytes = bytes_of(&w);
+            let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
+            let x = values(t * cols, 4);
+            let (xb, yb) = (c.buf(&x), c.gpu.storage("y", (t * rows * 4) as u64).unwrap());
+            let step = c.step(t, 0);
+            c.run(|p| {
+                let io = Io { x: &xb, x_stride: cols, y: &yb, y_stride: rows, y_offset: 0, accumulate: false };
+                matmul::matmul(&c.k, p, &step, &m, &io, t).unwrap()
+            });
+            let want = reference::matmul(&x, &dequantize(ty, &bytes, rows * cols).unwrap(), cols);
+            let d = max_diff(&c.read(&yb, t * rows).await, &want);
+            assert!(d < 1e-3, "{ty} {rows}x{cols} t={t}: {d}");
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn rmsnorm_and_swiglu() {
+    let c = ctx().await;
+    let (len, rows) = (576, 3);
+    let (x, w) = (values(len * rows, 1), values(len, 2));
+    let (xb, wb, yb) = (c.buf(&x), c.buf(&w), c.gpu.storage("y", (len * rows * 4) as u64).unwrap());
+    let step = c.step(rows, 0);
+    c.run(|p| elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, false).unwrap());
+    assert!(max_diff(&c.read(&yb, len * rows).await, &reference::rmsnorm(&x, &w, 1e-5)) < 1e-5);
+    let f = 100;
+    let gu = values(2 * f * rows, 5);
+    let (gb, ab) = (c.buf(&gu), c.gpu.storage("a", (f * rows * 4) as u64).unwrap());
+    c.run(|p| elementwise::swiglu(&c.k, p, &step, &gb, &ab, f, rows).unwrap());
+    let want: Vec<f32> = gu.chunks(2 * f).flat_map(|r| reference::swiglu(&r[..f], &r[f..])).collect();
+    assert!(max_diff(&c.read(&ab, f * rows).await, &want) < 1e-5);
+}
+
+#[wasm_bindgen_test]
+async fn attention_decode_and_prefill_over_int8_kv() {
+    let c = ctx().await;
+    let cfg = Config {
+        arch: Arch::Llama,
+        n_layers: 1,
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        hidden: 576,
+        ffn_dim: 64,
+        vocab_size: 64,
+        rms_eps: 1e-5,
+        rope_theta: 1e4,
+        rope_dim: 64,
+        rope_style: RopeStyle::Adjacent,
+        rope_freq_factors: false,
+        context_length: 256,
+        tied_embeddings: true,
+        qk_norm: false,
+    };
+    let stride = cfg.q_dim() + 2 * cfg.kv_dim();
+    for (kv_len, t) in [(70, 1), (40, 9)] {
+        let qkv = values(kv_len * stride, kv_len as u64);
+        let cache = LayerCache::new(&c.gpu, &cfg, KvFormat::Int8, kv_len).unwrap();
+        let all = c.buf(&qkv);
+        let write_step = c.step(kv_len, 0);
+        c.run(|p| attention::kv_write(&c.k, p, &write_step, &cfg, KvFormat::Int8, &all, &cache, kv_len).unwrap());
+        let prefix = kv_len - t;
+        let q_rows = c.buf(&qkv[prefix * stride..]);
+        let out = c.gpu.storage("out", (t * cfg.q_dim() * 4) as u64).unwrap();
+        let part = c.gpu.storage("part", (9 * 2 * 66 * 4) as u64).unwrap();
+        let step = c.step(t, prefix);
+        c.run(|p| {
+            if t == 1 {
+                attention::decode(&c.k, p, &step, &cfg, KvFormat::Int8, &q_rows, &cache, &part, &out, kv_len).unwrap()
+            } else {
+                attention::prefill(&c.k, p, &step, &cfg, KvFormat::Int8, &q_rows, &cache, &out, t).unwrap()
+            }
+        });
+        let (mut q, mut k, mut v) = (vec![], vec![], vec![]);
+        for (i, row) in qkv.chunks(stride).enumerate() {
+            if i >= prefix {
+                q.extend_from_slice(&row[..cfg.q_dim()]);
+            }
+            for h in row[cfg.q_dim()..cfg.q_dim() + cfg.kv_dim()].chunks(64) {
+                k.extend(round_trip(KvFormat::Int8, h));
+            }
+            for h in row[cfg.q_dim() + cfg.kv_dim()..].chunks(64) {
+                v.extend(round_trip(KvFormat::Int8, h));
+            }
+        }
+        let s = AttnShape { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+        let want = reference::attention(&q, &k, &v, kv_len, s);
+        let d = max_diff(&c.read(&out, t * cfg.q_dim()).await, &want);
+        assert!(d < 1e-4, "kv_len {kv_len} t {t}: {d}");
+    }
+}
+
+#[wasm_bindgen_test]
+async fn topk_selects_the_largest() {
+    let c = ctx().await;
+    let vocab = 3000;
+    let logits = values(vocab, 9);
+    let top = sample::TopK::new(&c.gpu, vocab).unwrap();
+    let lb = c.buf(&logits);
+    c.run(|p| top.encode(&c.k, p, &lb, 8).unwrap());
+    let bytes = c.gpu.read(&top.out, 0, 64).await.unwrap();
+    let got = sample::decode_pairs(&bytes, vocab);
+    let mut want: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1));
+    want.truncate(8);
+    assert_eq!(got, want);
+}
