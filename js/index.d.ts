@@ -1,0 +1,117 @@
+// Types for Pippin's public JavaScript API.
+
+export type KvCacheFormat = "int8" | "int4" | "f16" | "f32";
+
+export interface LoadProgress {
+  /** "download" (request sent), "upload" (bytes read and sent to the GPU), "ready". */
+  phase: "download" | "upload" | "ready";
+  /** Bytes of the model file read so far. */
+  loaded: number;
+  /** Size of the file in bytes; 0 when the server does not say. */
+  total: number;
+  /** loaded / total, 0 when the total is unknown. */
+  fraction: number;
+}
+
+export interface LoadOptions {
+  onProgress?: (p: LoadProgress) => void;
+  /** KV cache format on the GPU (default "int8"). */
+  kvCache?: KvCacheFormat;
+  /** Most tokens a conversation may hold (default 2048, at most the model's context). */
+  maxContext?: number;
+  /** Keep a downloaded model in Cache Storage and load from there next time (default true). */
+  cache?: boolean;
+  /** Where pippin_wasm_bg.wasm is served, when not beside index.js. */
+  wasmUrl?: string | URL;
+}
+
+export interface GenerateOptions {
+  /** Most new tokens (default 256). */
+  maxTokens?: number;
+  /** 0 = greedy (default). */
+  temperature?: number;
+  /** Keep the k most likely tokens (0 = no limit; sampling considers at most 64). */
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  /** > 1 discourages the last 64 tokens. */
+  repetitionPenalty?: number;
+  seed?: number;
+  /** Stop before any of these strings (not included in the text). */
+  stop?: string | string[];
+  /** Aborting ends the reply within one step with finishReason "abort". */
+  signal?: AbortSignal;
+}
+
+export interface Usage {
+  promptTokens: number;
+  /** Prompt tokens reused from the KV cache of the previous turn. */
+  cachedTokens: number;
+  generatedTokens: number;
+  prefillMs: number;
+  decodeMs: number;
+}
+
+export type Chunk =
+  | { text: string; tokenId: number; done: false }
+  | { text: ""; done: true; finishReason: "stop" | "length" | "abort"; usage: Usage };
+
+export interface Message {
+  role: "system" | "user" | "assistant" | string;
+  content: string;
+}
+
+/** A streamed reply: `for await (const c of reply)`, `reply.stream()` or `await reply.text()`. */
+export interface Reply extends AsyncIterable<Chunk> {
+  stream(): ReadableStream<Chunk>;
+  text(): Promise<string>;
+}
+
+export interface Stats {
+  prefillTokensPerS: number;
+  decodeTokensPerS: number;
+  weightBytes: number;
+  kvCacheBytes: number;
+  contextTokens: number;
+}
+
+export interface Info {
+  config: {
+    arch: string;
+    nLayers: number;
+    nHeads: number;
+    nKvHeads: number;
+    headDim: number;
+    hidden: number;
+    ffnDim: number;
+    vocabSize: number;
+    contextLength: number;
+    [key: string]: unknown;
+  };
+  adapter: string;
+  backend: string;
+  shaderF16: boolean;
+  subgroups: boolean;
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+}
+
+export declare class Pippin {
+  /** Loads a GGUF model from a URL, a Response, a Blob/File or bytes onto the GPU. */
+  static load(source: string | URL | Response | Blob | ArrayBuffer | Uint8Array, options?: LoadOptions): Promise<Pippin>;
+  /** Models kept in Cache Storage. */
+  static cached(): Promise<{ url: string; bytes: number }[]>;
+  static deleteCached(url: string): Promise<boolean>;
+  /** Continues `prompt` (no chat template). One reply at a time: a second call while one runs rejects. */
+  generate(prompt: string, options?: GenerateOptions): Reply;
+  /** The assistant's reply to `messages` in the model's chat template; the previous turn's KV cache is reused. */
+  chat(messages: Message[], options?: GenerateOptions): Reply;
+  stats(): Stats;
+  info(): Info;
+  /** Forgets the conversation. */
+  reset(): void;
+  /** Frees the GPU memory. */
+  dispose(): Promise<void>;
+}
+
+export default Pippin;

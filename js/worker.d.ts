@@ -1,0 +1,19 @@
+// `pippin/worker`: the same API as "pippin", with the engine in a Web Worker.
+// stats(), info() and reset() return Promises here (they cross to the worker).
+import type { GenerateOptions, Info, LoadOptions, Message, Reply, Stats } from "./index.js";
+
+export * from "./index.js";
+
+export declare class Pippin {
+  static load(source: string | URL | Response | Blob | ArrayBuffer | Uint8Array, options?: LoadOptions): Promise<Pippin>;
+  static cached(): Promise<{ url: string; bytes: number }[]>;
+  static deleteCached(url: string): Promise<boolean>;
+  generate(prompt: string, options?: GenerateOptions): Reply;
+  chat(messages: Message[], options?: GenerateOptions): Reply;
+  stats(): Promise<Stats>;
+  info(): Promise<Info>;
+  reset(): Promise<void>;
+  dispose(): Promise<void>;
+}
+
+export default Pippin;

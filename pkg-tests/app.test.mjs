@@ -5,6 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 import { serve } from "./serve.mjs";
 
@@ -149,6 +150,28 @@ test("bad sources are clear errors and the loaded model keeps working", async ()
   assert.match(r.garbage, /not a GGUF file/);
   assert.match(r.options, /top_p/);
   assert.equal(r.still, " Paris.");
+});
+
+test("pippin/worker: the same API from a Web Worker", async () => {
+  const r = await page.evaluate(async (url) => {
+    let progressed = 0;
+    const llm = await WorkerPippin.load(url, { cache: false, onProgress: () => progressed++ });
+    const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+    const info = await llm.info();
+    await llm.dispose();
+    return { text, progressed, layers: info.config.nLayers };
+  }, MODEL);
+  assert.equal(r.text, " Paris.");
+  assert.ok(r.progressed > 2);
+  assert.equal(r.layers, 30);
+});
+
+test("npm pack ships the whole package", () => {
+  const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
+  const files = JSON.parse(out)[0].files.map((f) => f.path);
+  for (const f of ["package.json", "index.js", "index.d.ts", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
+    assert.ok(files.includes(f), `${f} is in the tarball`);
+  }
 });
 
 test("the page logged no errors but the expected 404", () => {

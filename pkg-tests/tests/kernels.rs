@@ -23,7 +23,10 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 struct Ctx {
@@ -53,7 +56,8 @@ impl Ctx {
         self.gpu.upload_f32("x", x).unwrap()
     }
     fn step(&self, n: usize, pos0: usize) -> wgpu::Buffer {
-        self.gpu.uniform("step", bytemuck::bytes_of(&Step::new(n, pos0)))
+        self.gpu
+            .uniform("step", bytemuck::bytes_of(&Step::new(n, pos0)))
     }
 }
 
@@ -71,10 +75,20 @@ async fn matmul_formats_gemv_and_gemm() {
             let bytes = bytes_of(&w);
             let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
             let x = values(t * cols, 4);
-            let (xb, yb) = (c.buf(&x), c.gpu.storage("y", (t * rows * 4) as u64).unwrap());
+            let (xb, yb) = (
+                c.buf(&x),
+                c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
+            );
             let step = c.step(t, 0);
             c.run(|p| {
-                let io = Io { x: &xb, x_stride: cols, y: &yb, y_stride: rows, y_offset: 0, accumulate: false };
+                let io = Io {
+                    x: &xb,
+                    x_stride: cols,
+                    y: &yb,
+                    y_stride: rows,
+                    y_offset: 0,
+                    accumulate: false,
+                };
                 matmul::matmul(&c.k, p, &step, &m, &io, t).unwrap()
             });
             let want = reference::matmul(&x, &dequantize(ty, &bytes, rows * cols).unwrap(), cols);
@@ -89,15 +103,30 @@ async fn rmsnorm_and_swiglu() {
     let c = ctx().await;
     let (len, rows) = (576, 3);
     let (x, w) = (values(len * rows, 1), values(len, 2));
-    let (xb, wb, yb) = (c.buf(&x), c.buf(&w), c.gpu.storage("y", (len * rows * 4) as u64).unwrap());
+    let (xb, wb, yb) = (
+        c.buf(&x),
+        c.buf(&w),
+        c.gpu.storage("y", (len * rows * 4) as u64).unwrap(),
+    );
     let step = c.step(rows, 0);
     c.run(|p| elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, false).unwrap());
-    assert!(max_diff(&c.read(&yb, len * rows).await, &reference::rmsnorm(&x, &w, 1e-5)) < 1e-5);
+    assert!(
+        max_diff(
+            &c.read(&yb, len * rows).await,
+            &reference::rmsnorm(&x, &w, 1e-5)
+        ) < 1e-5
+    );
     let f = 100;
     let gu = values(2 * f * rows, 5);
-    let (gb, ab) = (c.buf(&gu), c.gpu.storage("a", (f * rows * 4) as u64).unwrap());
+    let (gb, ab) = (
+        c.buf(&gu),
+        c.gpu.storage("a", (f * rows * 4) as u64).unwrap(),
+    );
     c.run(|p| elementwise::swiglu(&c.k, p, &step, &gb, &ab, f, rows).unwrap());
-    let want: Vec<f32> = gu.chunks(2 * f).flat_map(|r| reference::swiglu(&r[..f], &r[f..])).collect();
+    let want: Vec<f32> = gu
+        .chunks(2 * f)
+        .flat_map(|r| reference::swiglu(&r[..f], &r[f..]))
+        .collect();
     assert!(max_diff(&c.read(&ab, f * rows).await, &want) < 1e-5);
 }
 
@@ -128,7 +157,19 @@ async fn attention_decode_and_prefill_over_int8_kv() {
         let cache = LayerCache::new(&c.gpu, &cfg, KvFormat::Int8, kv_len).unwrap();
         let all = c.buf(&qkv);
         let write_step = c.step(kv_len, 0);
-        c.run(|p| attention::kv_write(&c.k, p, &write_step, &cfg, KvFormat::Int8, &all, &cache, kv_len).unwrap());
+        c.run(|p| {
+            attention::kv_write(
+                &c.k,
+                p,
+                &write_step,
+                &cfg,
+                KvFormat::Int8,
+                &all,
+                &cache,
+                kv_len,
+            )
+            .unwrap()
+        });
         let prefix = kv_len - t;
         let q_rows = c.buf(&qkv[prefix * stride..]);
         let out = c.gpu.storage("out", (t * cfg.q_dim() * 4) as u64).unwrap();
@@ -136,9 +177,32 @@ async fn attention_decode_and_prefill_over_int8_kv() {
         let step = c.step(t, prefix);
         c.run(|p| {
             if t == 1 {
-                attention::decode(&c.k, p, &step, &cfg, KvFormat::Int8, &q_rows, &cache, &part, &out, kv_len).unwrap()
+                attention::decode(
+                    &c.k,
+                    p,
+                    &step,
+                    &cfg,
+                    KvFormat::Int8,
+                    &q_rows,
+                    &cache,
+                    &part,
+                    &out,
+                    kv_len,
+                )
+                .unwrap()
             } else {
-                attention::prefill(&c.k, p, &step, &cfg, KvFormat::Int8, &q_rows, &cache, &out, t).unwrap()
+                attention::prefill(
+                    &c.k,
+                    p,
+                    &step,
+                    &cfg,
+                    KvFormat::Int8,
+                    &q_rows,
+                    &cache,
+                    &out,
+                    t,
+                )
+                .unwrap()
             }
         });
         let (mut q, mut k, mut v) = (vec![], vec![], vec![]);
@@ -153,7 +217,11 @@ async fn attention_decode_and_prefill_over_int8_kv() {
                 v.extend(round_trip(KvFormat::Int8, h));
             }
         }
-        let s = AttnShape { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+        let s = AttnShape {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+        };
         let want = reference::attention(&q, &k, &v, kv_len, s);
         let d = max_diff(&c.read(&out, t * cfg.q_dim()).await, &want);
         assert!(d < 1e-4, "kv_len {kv_len} t {t}: {d}");
@@ -170,7 +238,11 @@ async fn topk_selects_the_largest() {
     c.run(|p| top.encode(&c.k, p, &lb, 8).unwrap());
     let bytes = c.gpu.read(&top.out, 0, 64).await.unwrap();
     let got = sample::decode_pairs(&bytes, vocab);
-    let mut want: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+    let mut want: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
     want.sort_by(|a, b| b.1.total_cmp(&a.1));
     want.truncate(8);
     assert_eq!(got, want);

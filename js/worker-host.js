@@ -1,0 +1,43 @@
+// Runs inside the Web Worker started by worker.js: one Pippin engine, driven by messages.
+import { Pippin } from "./index.js";
+
+let llm = null;
+let reply = null;
+
+const methods = {
+  async load(id, source, options) {
+    llm = await Pippin.load(source, { ...options, onProgress: (p) => postMessage({ id, progress: p }) });
+  },
+  generate(id, prompt, options) {
+    reply = llm.generate(prompt, options)[Symbol.asyncIterator]();
+  },
+  chat(id, messages, options) {
+    reply = llm.chat(messages, options)[Symbol.asyncIterator]();
+  },
+  async next() {
+    if (!reply) throw new Error("no generation is running: call generate() or chat() first");
+    const { value, done } = await reply.next();
+    if (done || value.done) reply = null;
+    return done ? { text: "", done: true, finishReason: "abort" } : value;
+  },
+  abort() {
+    const r = reply;
+    reply = null;
+    return r?.return();
+  },
+  stats: () => llm.stats(),
+  info: () => llm.info(),
+  reset: () => llm.reset(),
+  dispose: () => llm.dispose(),
+};
+
+onmessage = async (e) => {
+  const { id, method, args } = e.data;
+  try {
+    if (method !== "load" && !llm) throw new Error("no model is loaded in this worker");
+    const value = await methods[method](id, ...args);
+    postMessage({ id, ok: true, value: value === undefined ? null : value });
+  } catch (err) {
+    postMessage({ id, ok: false, error: err instanceof Error ? err.message : String(err) });
+  }
+};
