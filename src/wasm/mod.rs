@@ -46,16 +46,49 @@ struct Inner {
     session: GpuSession,
     tk: Tokenizer,
     generation: Option<Generation>,
-    last: Usage,
 }
 
 /// A loaded model and its conversation. Calls that run the GPU are not queued: a
-/// second one while one runs is rejected.
+/// second one while one runs is rejected. `stats()` and `info()` answer at any time.
 #[wasm_bindgen]
 pub struct Engine {
     inner: Rc<RefCell<Option<Inner>>>,
     busy: Rc<Cell<bool>>,
     aborted: Rc<Cell<bool>>,
+    stats: Rc<Cell<Stats>>,
+    info: serde_json::Value,
+}
+
+/// The engine's state, taken out of its slot for one call (so no `RefCell` borrow is
+/// held across an await) and put back when the call ends, however it ends.
+struct Lease {
+    slot: Rc<RefCell<Option<Inner>>>,
+    inner: Option<Inner>,
+}
+
+impl Lease {
+    fn take(slot: &Rc<RefCell<Option<Inner>>>) -> Result<Lease, JsError> {
+        let inner = slot
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| JsError::new("this model was disposed"))?;
+        Ok(Lease {
+            slot: slot.clone(),
+            inner: Some(inner),
+        })
+    }
+
+    fn get(&mut self) -> &mut Inner {
+        self.inner
+            .as_mut()
+            .expect("a lease holds the state until it is dropped")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *self.slot.borrow_mut() = self.inner.take();
+    }
 }
 
 /// Marks the engine busy for the life of one call.
@@ -117,17 +150,34 @@ impl Engine {
             ..Default::default()
         };
         let session = GpuSession::new(&model, so).map_err(js_err)?;
+        let g = &model.gpu;
+        let info = serde_json::to_value(Info {
+            config: &model.config,
+            adapter: &g.adapter.name,
+            backend: &g.adapter.backend,
+            shader_f16: g.caps.shader_f16,
+            subgroups: g.caps.subgroups,
+            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
+            max_buffer_size: g.limits.max_buffer_size,
+        })
+        .map_err(js_err)?;
+        let stats = Stats {
+            weight_bytes: model.weight_bytes,
+            kv_cache_bytes: session.kv_bytes(),
+            ..Default::default()
+        };
         let inner = Inner {
             model,
             session,
             tk,
             generation: None,
-            last: Usage::default(),
         };
         Ok(Engine {
             inner: Rc::new(RefCell::new(Some(inner))),
             busy: Rc::new(Cell::new(false)),
             aborted: Rc::new(Cell::new(false)),
+            stats: Rc::new(Cell::new(stats)),
+            info,
         })
     }
 
@@ -157,10 +207,8 @@ impl Engine {
             } else {
                 serde_wasm_bindgen::from_value(options).map_err(js_err)?
             };
-            let mut guard = inner.borrow_mut();
-            let s = guard
-                .as_mut()
-                .ok_or_else(|| JsError::new("this model was disposed"))?;
+            let mut lease = Lease::take(&inner)?;
+            let s = lease.get();
             s.generation = None;
             let prompt = match req {
                 Request::Prompt(p) => s.tk.encode_prompt(&p, false),
@@ -187,19 +235,16 @@ impl Engine {
     /// `{done: true, finishReason, usage}`.
     pub fn next(&self) -> js_sys::Promise {
         let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
+        let stats = self.stats.clone();
         promise(async move {
             let _busy = Busy::take(&busy)?;
-            let mut guard = inner.borrow_mut();
-            let s = guard
-                .as_mut()
-                .ok_or_else(|| JsError::new("this model was disposed"))?;
+            let mut lease = Lease::take(&inner)?;
             let Inner {
                 model,
                 session,
                 tk,
                 generation,
-                last,
-            } = s;
+            } = lease.get();
             let g = generation.as_mut().ok_or_else(|| {
                 JsError::new("no generation is running: call generate() or chat() first")
             })?;
@@ -210,21 +255,26 @@ impl Engine {
                     .await
                     .map_err(js_err)?
             };
+            let usage = g.usage();
+            stats.set(Stats {
+                prefill_tokens_per_s: usage.prefill_tokens_per_s(),
+                decode_tokens_per_s: usage.decode_tokens_per_s(),
+                weight_bytes: model.weight_bytes,
+                kv_cache_bytes: session.kv_bytes(),
+                context_tokens: session.len(),
+            });
             to_js(&match event {
                 Event::Text { text, token } => Chunk {
                     text: Some(text),
                     token_id: Some(token),
                     ..Default::default()
                 },
-                Event::Done { finish, usage } => {
-                    *last = usage.clone();
-                    Chunk {
-                        done: true,
-                        finish_reason: Some(finish),
-                        usage: Some(usage),
-                        ..Default::default()
-                    }
-                }
+                Event::Done { finish, usage } => Chunk {
+                    done: true,
+                    finish_reason: Some(finish),
+                    usage: Some(usage),
+                    ..Default::default()
+                },
             })
         })
     }
@@ -234,43 +284,14 @@ impl Engine {
         self.aborted.set(true);
     }
 
-    /// Speeds of the last reply and GPU memory in use.
+    /// Speeds of the current or last reply and GPU memory in use.
     pub fn stats(&self) -> Result<JsValue, JsError> {
-        let guard = self
-            .inner
-            .try_borrow()
-            .map_err(|_| JsError::new("Pippin is busy"))?;
-        let s = guard
-            .as_ref()
-            .ok_or_else(|| JsError::new("this model was disposed"))?;
-        to_js(&Stats {
-            prefill_tokens_per_s: s.last.prefill_tokens_per_s(),
-            decode_tokens_per_s: s.last.decode_tokens_per_s(),
-            weight_bytes: s.model.weight_bytes,
-            kv_cache_bytes: s.session.kv_bytes(),
-            context_tokens: s.session.len(),
-        })
+        to_js(&self.stats.get())
     }
 
     /// The model's configuration and the WebGPU adapter.
     pub fn info(&self) -> Result<JsValue, JsError> {
-        let guard = self
-            .inner
-            .try_borrow()
-            .map_err(|_| JsError::new("Pippin is busy"))?;
-        let s = guard
-            .as_ref()
-            .ok_or_else(|| JsError::new("this model was disposed"))?;
-        let g = &s.model.gpu;
-        to_js(&Info {
-            config: &s.model.config,
-            adapter: &g.adapter.name,
-            backend: &g.adapter.backend,
-            shader_f16: g.caps.shader_f16,
-            subgroups: g.caps.subgroups,
-            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
-            max_buffer_size: g.limits.max_buffer_size,
-        })
+        to_js(&self.info)
     }
 
     /// Forgets the conversation (the KV cache is kept allocated, its contents dropped).
@@ -282,6 +303,10 @@ impl Engine {
             .ok_or_else(|| JsError::new("this model was disposed"))?;
         s.generation = None;
         s.session.clear();
+        self.stats.set(Stats {
+            context_tokens: 0,
+            ..self.stats.get()
+        });
         Ok(())
     }
 
@@ -312,7 +337,7 @@ struct Chunk {
     usage: Option<Usage>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Clone, Copy, Default)]
 #[serde(rename_all = "camelCase")]
 struct Stats {
     prefill_tokens_per_s: f64,
