@@ -152,6 +152,30 @@ test("bad sources are clear errors and the loaded model keeps working", async ()
   assert.equal(r.still, " Paris.");
 });
 
+test("a URL is kept in Cache Storage, listed and deleted", async () => {
+  const r = await page.evaluate(async (url) => {
+    const llm = await Pippin.load(url);
+    const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+    await llm.dispose();
+    // cache.put finishes after the load: wait until the copy is complete.
+    let listed = [];
+    for (let i = 0; i < 100 && !listed.some((c) => c.url.endsWith(url)); i++) {
+      await new Promise((ok) => setTimeout(ok, 100));
+      listed = await Pippin.cached();
+    }
+    const again = await Pippin.load(url);
+    const text2 = await again.generate("The capital of France is", { maxTokens: 2 }).text();
+    await again.dispose();
+    const deleted = await Pippin.deleteCached(new URL(url, location.href).href);
+    return { text, text2, listed, deleted, after: await Pippin.cached() };
+  }, MODEL);
+  assert.equal(r.text, " Paris.");
+  assert.equal(r.text2, " Paris.");
+  assert.deepEqual(r.listed.map((c) => c.bytes), [98362432]);
+  assert.equal(r.deleted, true);
+  assert.deepEqual(r.after, []);
+});
+
 test("pippin/worker: the same API from a Web Worker", async () => {
   const r = await page.evaluate(async (url) => {
     let progressed = 0;

@@ -277,3 +277,56 @@ fn truncated_streams_are_clear_errors() {
         .to_string();
     assert!(e.contains("not a GGUF file"), "{e}");
 }
+
+/// A lost device is reported as such, and a model loads again on a new device.
+#[test]
+fn a_lost_device_is_reported_and_the_model_loads_again() {
+    let load = || {
+        let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
+        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
+            .unwrap()
+            .0
+    };
+    let m = load();
+    let mut s = GpuSession::new(
+        &m,
+        SessionOptions {
+            max_context: 32,
+            kv: KvFormat::Int8,
+            chunk: 64,
+        },
+    )
+    .unwrap();
+    m.gpu.device.destroy();
+    let e = pollster::block_on(
+        GpuBackend {
+            model: &m,
+            session: &mut s,
+        }
+        .forward(&PROMPT, Want::logits()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("lost") && e.contains("load the model again"),
+        "{e}"
+    );
+    let m2 = load();
+    let mut s2 = GpuSession::new(
+        &m2,
+        SessionOptions {
+            max_context: 32,
+            kv: KvFormat::Int8,
+            chunk: 64,
+        },
+    )
+    .unwrap();
+    assert!(pollster::block_on(
+        GpuBackend {
+            model: &m2,
+            session: &mut s2
+        }
+        .forward(&PROMPT, Want::logits())
+    )
+    .is_ok());
+}
