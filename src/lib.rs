@@ -1,6 +1,7 @@
 //! Pippin: an AFM-style on-device language model runtime for WebGPU.
 //! See `DESIGN.md` in the shared folder for the map of modules.
 
+pub mod adapters;
 pub mod engine;
 pub mod error;
 pub mod gguf;

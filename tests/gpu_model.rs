@@ -28,10 +28,7 @@ fn model() -> &'static GpuModel {
 }
 
 fn be(s: &mut GpuSession) -> GpuBackend<'_> {
-    GpuBackend {
-        model: model(),
-        session: s,
-    }
+    GpuBackend::new(model(), s)
 }
 
 fn session(kv: KvFormat, chunk: usize) -> GpuSession {
@@ -245,11 +242,7 @@ fn streamed_upload_in_odd_chunks_gives_the_same_model() {
     )
     .unwrap();
     let got = match pollster::block_on(
-        GpuBackend {
-            model: &streamed,
-            session: &mut s,
-        }
-        .forward(&PROMPT, Want::logits()),
+        GpuBackend::new(&streamed, &mut s).forward(&PROMPT, Want::logits()),
     ) {
         Ok(Logits::Full(l)) => l,
         other => panic!("{other:?}"),
@@ -298,15 +291,9 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
     )
     .unwrap();
     m.gpu.device.destroy();
-    let e = pollster::block_on(
-        GpuBackend {
-            model: &m,
-            session: &mut s,
-        }
-        .forward(&PROMPT, Want::logits()),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = pollster::block_on(GpuBackend::new(&m, &mut s).forward(&PROMPT, Want::logits()))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("lost") && e.contains("load the model again"),
         "{e}"
@@ -321,12 +308,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
         },
     )
     .unwrap();
-    assert!(pollster::block_on(
-        GpuBackend {
-            model: &m2,
-            session: &mut s2
-        }
-        .forward(&PROMPT, Want::logits())
-    )
-    .is_ok());
+    assert!(
+        pollster::block_on(GpuBackend::new(&m2, &mut s2).forward(&PROMPT, Want::logits())).is_ok()
+    );
 }

@@ -2,11 +2,12 @@
 //! command buffer per decode step; prefill in chunks; only the sampled candidates
 //! (or, for tests, the logits) are read back.
 
+use super::gpu_adapter::{GpuAdapter, GpuLora};
 use super::gpu_model::GpuModel;
 use super::{Backend, Logits, Want};
 use crate::error::{Error, Result};
 use crate::kernels::attention::{self, LayerCache, CHUNK};
-use crate::kernels::matmul::{self, Io};
+use crate::kernels::matmul::{self, GpuMatrix, Io};
 use crate::kernels::sample::{self, TopK};
 use crate::kernels::{elementwise, Step};
 use crate::quant::kv::KvFormat;
@@ -45,6 +46,8 @@ struct Buffers {
     logits: wgpu::Buffer,
     penalty_ids: wgpu::Buffer,
     rope: wgpu::Buffer,
+    /// A·x of a LoRA update, for up to `chunk` tokens and rank 256.
+    lora_t: wgpu::Buffer,
 }
 
 const MAX_PENALTY_IDS: usize = 1024;
@@ -55,6 +58,8 @@ pub struct GpuSession {
     b: Buffers,
     topk: TopK,
     tokens: Vec<u32>,
+    /// The adapter the KV cache was computed with (0 = none).
+    adapter_id: u64,
 }
 
 impl GpuSession {
@@ -84,6 +89,7 @@ impl GpuSession {
             logits: g.storage("logits", c.vocab_size as u64 * f4)?,
             penalty_ids: g.storage("penalty ids", (MAX_PENALTY_IDS as u64 + 1) * 4)?,
             rope: g.upload_f32("rope table", &table)?,
+            lora_t: g.storage("LoRA A·x", n * 256 * f4)?,
         };
         let cache = (0..c.n_layers)
             .map(|_| LayerCache::new(g, c, opts.kv, opts.max_context))
@@ -96,6 +102,7 @@ impl GpuSession {
             b,
             topk,
             tokens: Vec::new(),
+            adapter_id: 0,
         })
     }
 
@@ -117,52 +124,96 @@ impl GpuSession {
         self.cache.iter().map(LayerCache::bytes).sum()
     }
 
+    /// y (+)= W·x, then the LoRA update y += B·(A·x) when there is one.
+    fn project(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        w: &GpuMatrix,
+        lora: Option<&GpuLora>,
+        io: &Io,
+        n: usize,
+    ) -> Result<()> {
+        let (k, step) = (&m.kernels, &self.b.step);
+        matmul::matmul(k, pass, step, w, io, n)?;
+        if let Some(l) = lora {
+            let t = &self.b.lora_t;
+            let a_io = Io {
+                x: io.x,
+                x_stride: io.x_stride,
+                y: t,
+                y_stride: l.rank,
+                y_offset: 0,
+                accumulate: false,
+            };
+            matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
+            let b_io = Io {
+                x: t,
+                x_stride: l.rank,
+                accumulate: true,
+                ..*io
+            };
+            matmul::matmul(k, pass, step, &l.b, &b_io, n)?;
+        }
+        Ok(())
+    }
+
     /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`).
     fn encode_layers(
         &self,
         m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
         pass: &mut wgpu::ComputePass,
         n: usize,
         pos0: usize,
     ) -> Result<()> {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
-        let (qd, kd, f) = (c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let (qd, kd, f, h) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.hidden);
         let qkv_stride = qd + 2 * kd;
-        matmul::embed(k, pass, &b.step, &m.embed, &b.tokens, &b.x, n)?;
+        let (kv, step) = (self.opts.kv, &b.step);
+        matmul::embed(k, pass, step, &m.embed, &b.tokens, &b.x, n)?;
         for (l, w) in m.layers.iter().enumerate() {
+            let lora = |i: usize| {
+                adapter
+                    .and_then(|a| a.layers.get(l))
+                    .and_then(|ls| ls[i].as_ref())
+            };
             elementwise::rmsnorm(
                 k,
                 pass,
-                &b.step,
+                step,
                 &w.attn_norm,
                 &b.x,
                 &b.h,
-                c.hidden,
+                h,
                 c.rms_eps,
                 n,
                 false,
             )?;
-            for (mat, off) in [(&w.wq, 0), (&w.wk, qd), (&w.wv, qd + kd)] {
+            for (i, (mat, off)) in [(&w.wq, 0), (&w.wk, qd), (&w.wv, qd + kd)]
+                .into_iter()
+                .enumerate()
+            {
                 let io = Io {
                     x: &b.h,
-                    x_stride: c.hidden,
+                    x_stride: h,
                     y: &b.qkv,
                     y_stride: qkv_stride,
                     y_offset: off,
                     accumulate: false,
                 };
-                matmul::matmul(k, pass, &b.step, mat, &io, n)?;
+                self.project(m, pass, mat, lora(i), &io, n)?;
             }
             let norms = w.qk_norm.as_ref().map(|(q, kk)| (q, kk));
-            elementwise::rope(k, pass, &b.step, c, &b.rope, &b.qkv, norms, n)?;
-            attention::kv_write(k, pass, &b.step, c, self.opts.kv, &b.qkv, &self.cache[l], n)?;
+            elementwise::rope(k, pass, step, c, &b.rope, &b.qkv, norms, n)?;
+            attention::kv_write(k, pass, step, c, kv, &b.qkv, &self.cache[l], n)?;
             if n == 1 {
                 attention::decode(
                     k,
                     pass,
-                    &b.step,
+                    step,
                     c,
-                    self.opts.kv,
+                    kv,
                     &b.qkv,
                     &self.cache[l],
                     &b.part,
@@ -170,60 +221,50 @@ impl GpuSession {
                     pos0 + 1,
                 )?;
             } else {
-                attention::prefill(
-                    k,
-                    pass,
-                    &b.step,
-                    c,
-                    self.opts.kv,
-                    &b.qkv,
-                    &self.cache[l],
-                    &b.att,
-                    n,
-                )?;
+                attention::prefill(k, pass, step, c, kv, &b.qkv, &self.cache[l], &b.att, n)?;
             }
             let io = Io {
                 x: &b.att,
                 x_stride: qd,
                 y: &b.x,
-                y_stride: c.hidden,
+                y_stride: h,
                 y_offset: 0,
                 accumulate: true,
             };
-            matmul::matmul(k, pass, &b.step, &w.wo, &io, n)?;
+            self.project(m, pass, &w.wo, lora(3), &io, n)?;
             elementwise::rmsnorm(
                 k,
                 pass,
-                &b.step,
+                step,
                 &w.ffn_norm,
                 &b.x,
                 &b.h,
-                c.hidden,
+                h,
                 c.rms_eps,
                 n,
                 false,
             )?;
-            for (mat, off) in [(&w.gate, 0), (&w.up, f)] {
+            for (i, (mat, off)) in [(&w.gate, 0), (&w.up, f)].into_iter().enumerate() {
                 let io = Io {
                     x: &b.h,
-                    x_stride: c.hidden,
+                    x_stride: h,
                     y: &b.gu,
                     y_stride: 2 * f,
                     y_offset: off,
                     accumulate: false,
                 };
-                matmul::matmul(k, pass, &b.step, mat, &io, n)?;
+                self.project(m, pass, mat, lora(4 + i), &io, n)?;
             }
-            elementwise::swiglu(k, pass, &b.step, &b.gu, &b.act, f, n)?;
+            elementwise::swiglu(k, pass, step, &b.gu, &b.act, f, n)?;
             let io = Io {
                 x: &b.act,
                 x_stride: f,
                 y: &b.x,
-                y_stride: c.hidden,
+                y_stride: h,
                 y_offset: 0,
                 accumulate: true,
             };
-            matmul::matmul(k, pass, &b.step, &w.down, &io, n)?;
+            self.project(m, pass, &w.down, lora(6), &io, n)?;
         }
         Ok(())
     }
@@ -264,7 +305,13 @@ impl GpuSession {
         Ok(())
     }
 
-    async fn run(&mut self, m: &GpuModel, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+    async fn run(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        tokens: &[u32],
+        want: Want<'_>,
+    ) -> Result<Logits> {
         let c = &m.config;
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
@@ -288,7 +335,7 @@ impl GpuSession {
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
             let out = self
-                .run_chunk(m, chunk, if last { Some(&want) } else { None })
+                .run_chunk(m, adapter, chunk, if last { Some(&want) } else { None })
                 .await?;
             self.tokens.extend_from_slice(chunk);
             if let Some(l) = out {
@@ -301,6 +348,7 @@ impl GpuSession {
     async fn run_chunk(
         &mut self,
         m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
         tokens: &[u32],
         want: Option<&Want<'_>>,
     ) -> Result<Option<Logits>> {
@@ -324,7 +372,7 @@ impl GpuSession {
         let mut enc = g.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            self.encode_layers(m, &mut pass, n, pos0)?;
+            self.encode_layers(m, adapter, &mut pass, n, pos0)?;
             if want.is_some() {
                 self.encode_head(m, &mut pass, n, penalty)?;
                 if let Some(Want {
@@ -362,13 +410,42 @@ impl GpuSession {
 
 /// A session running on its model: what the generate loop drives.
 pub struct GpuBackend<'a> {
-    pub model: &'a GpuModel,
-    pub session: &'a mut GpuSession,
+    model: &'a GpuModel,
+    session: &'a mut GpuSession,
+    adapter: Option<&'a GpuAdapter>,
+}
+
+impl<'a> GpuBackend<'a> {
+    /// The base model.
+    pub fn new(model: &'a GpuModel, session: &'a mut GpuSession) -> Self {
+        Self::with_adapter(model, session, None)
+    }
+
+    /// The model with a LoRA adapter (or none). A KV cache computed with another
+    /// adapter is dropped: the conversation is run again from its start.
+    pub fn with_adapter(
+        model: &'a GpuModel,
+        session: &'a mut GpuSession,
+        adapter: Option<&'a GpuAdapter>,
+    ) -> Self {
+        let id = adapter.map_or(0, |a| a.id);
+        if session.adapter_id != id {
+            session.tokens.clear();
+            session.adapter_id = id;
+        }
+        GpuBackend {
+            model,
+            session,
+            adapter,
+        }
+    }
 }
 
 impl Backend for GpuBackend<'_> {
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.session.run(self.model, tokens, want).await
+        self.session
+            .run(self.model, self.adapter, tokens, want)
+            .await
     }
     fn tokens(&self) -> &[u32] {
         &self.session.tokens

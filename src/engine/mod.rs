@@ -2,11 +2,13 @@
 //! and stop (stop tokens, stop strings, max tokens, context length, abort).
 
 mod cpu;
+mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
 mod stop;
 
 pub use cpu::CpuSession;
+pub use gpu_adapter::{GpuAdapter, GpuLora};
 pub use gpu_model::{ByteSource, GpuLayer, GpuModel, Progress, ReadSource};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 

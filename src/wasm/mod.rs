@@ -218,10 +218,7 @@ impl Engine {
                 }
             }
             .map_err(js_err)?;
-            let mut b = GpuBackend {
-                model: &s.model,
-                session: &mut s.session,
-            };
+            let mut b = GpuBackend::new(&s.model, &mut s.session);
             s.generation = Some(
                 Generation::start(&mut b, &prompt, &opts)
                     .await
@@ -251,7 +248,7 @@ impl Engine {
             let event = if aborted.get() {
                 g.abort()
             } else {
-                g.next(&mut GpuBackend { model, session }, tk)
+                g.next(&mut GpuBackend::new(model, session), tk)
                     .await
                     .map_err(js_err)?
             };

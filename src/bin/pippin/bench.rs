@@ -125,17 +125,11 @@ pub fn model(m: &GpuModel, kv: KvFormat, prompt: usize, steps: usize) -> Result<
     };
     // Warm-up: compiles every pipeline both paths use.
     let mut warm = GpuSession::new(m, opts.clone())?;
-    let mut warm = GpuBackend {
-        model: m,
-        session: &mut warm,
-    };
+    let mut warm = GpuBackend::new(m, &mut warm);
     pollster::block_on(warm.forward(&tokens[..2], greedy()))?;
     pollster::block_on(warm.forward(&tokens[..1], greedy()))?;
     let mut session = GpuSession::new(m, opts)?;
-    let mut s = GpuBackend {
-        model: m,
-        session: &mut session,
-    };
+    let mut s = GpuBackend::new(m, &mut session);
     let t = Instant::now();
     pollster::block_on(s.forward(&tokens, greedy()))?;
     let prefill = prompt as f64 / t.elapsed().as_secs_f64();

@@ -174,10 +174,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             ..Default::default()
         };
         let mut session = GpuSession::new(&model, so)?;
-        let mut backend = GpuBackend {
-            model: &model,
-            session: &mut session,
-        };
+        let mut backend = GpuBackend::new(&model, &mut session);
         let (f, u) =
             pollster::block_on(engine::generate(&mut backend, &tk, &prompt, &opts, on_text))?;
         (f, u, format!("{name}, KV {:?}", a.kv))
