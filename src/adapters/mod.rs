@@ -3,6 +3,7 @@
 //! apart from the quantized base weights and applied as y = W·x + s·B·(A·x), so
 //! switching costs nothing; `merge_into` gives the CPU reference W + s·B·A.
 
+pub mod fixture;
 mod peft;
 
 pub use peft::{parse, LoraConfig};

@@ -66,7 +66,10 @@ pub fn parse(config_json: &[u8], weights: &[u8], c: &Config) -> Result<Adapter> 
         .map_err(|e| err(format!("adapter_model.safetensors: {e}")))?;
     let mut layers: Vec<[Option<Lora>; 7]> = (0..c.n_layers).map(|_| Default::default()).collect();
     let mut found = 0;
-    for name in st.names() {
+    // In layer and module order, so the first mismatch reported is the first one.
+    let mut names = st.names();
+    names.sort_by_key(|n| (parse_name(n).map(|(l, m, _)| (l, m)), n.to_string()));
+    for name in names {
         let Some((layer, module, is_a)) = parse_name(name) else {
             return Err(err(format!(
                 "tensor {name:?} is not a LoRA weight of a known layer"

@@ -8,7 +8,7 @@ mod gpu_session;
 mod stop;
 
 pub use cpu::CpuSession;
-pub use gpu_adapter::{GpuAdapter, GpuLora};
+pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{ByteSource, GpuLayer, GpuModel, Progress, ReadSource};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
