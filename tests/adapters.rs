@@ -32,7 +32,7 @@ fn make(rank: usize, modules: &[&str], seed: u64, zero_b: bool) -> Adapter {
         modules,
         seed,
         zero_b,
-        half: seed % 2 == 0,
+        half: seed.is_multiple_of(2),
     };
     let (config, weights) = fixture::write(&model().config, &spec);
     adapters::parse(config.as_bytes(), &weights, &model().config).expect("fixture parses")
