@@ -4,7 +4,7 @@ mod bench;
 
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::{
-    self, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, SessionOptions,
+    self, CpuSession, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession, SessionOptions,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -49,6 +49,26 @@ enum Cmd {
         #[arg(long, default_value = "int8", value_parser = parse_kv)]
         kv: KvFormat,
     },
+    /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
+    MakeAdapter {
+        /// Folder to write adapter_config.json and adapter_model.safetensors into.
+        out: PathBuf,
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: PathBuf,
+        #[arg(long, default_value_t = 8)]
+        rank: usize,
+        /// Hugging Face module names, comma-separated.
+        #[arg(
+            long,
+            default_value = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+        )]
+        modules: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// B = 0: an adapter that changes nothing.
+        #[arg(long)]
+        zero_b: bool,
+    },
     /// Print a model's configuration, metadata and tensor table.
     Info {
         /// A GGUF file.
@@ -79,6 +99,9 @@ struct GenerateArgs {
     /// Most tokens a conversation may hold on the GPU.
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
+    /// A PEFT LoRA adapter: a folder with adapter_config.json and adapter_model.safetensors.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -102,6 +125,14 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Generate(a) => generate(a),
         Cmd::Info { model } => info(&model),
+        Cmd::MakeAdapter {
+            out,
+            model,
+            rank,
+            modules,
+            seed,
+            zero_b,
+        } => make_adapter(&out, &model, rank, &modules, seed, zero_b),
         Cmd::Bench {
             model,
             reps,
@@ -156,7 +187,12 @@ fn generate(a: GenerateArgs) -> Result<()> {
             .is_ok()
     };
     let (finish, u, engine) = if a.cpu {
-        let (_, model) = load_reference(&a.model)?;
+        let (_, mut model) = load_reference(&a.model)?;
+        if let Some(dir) = &a.adapter {
+            // The reference applies an adapter by merging it: W + s·B·A.
+            let ad = read_adapter(dir, &model.config)?;
+            pippin::adapters::merge_into(&mut model.weights, &ad);
+        }
         let mut session = CpuSession::new(&model);
         let (f, u) =
             pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
@@ -174,7 +210,14 @@ fn generate(a: GenerateArgs) -> Result<()> {
             ..Default::default()
         };
         let mut session = GpuSession::new(&model, so)?;
-        let mut backend = GpuBackend::new(&model, &mut session);
+        let adapter = match &a.adapter {
+            Some(dir) => Some(GpuAdapter::upload(
+                &model.gpu,
+                &read_adapter(dir, &model.config)?,
+            )?),
+            None => None,
+        };
+        let mut backend = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
         let (f, u) =
             pollster::block_on(engine::generate(&mut backend, &tk, &prompt, &opts, on_text))?;
         (f, u, format!("{name}, KV {:?}", a.kv))
@@ -233,6 +276,53 @@ fn run_bench(
     }
     let (pf, dc) = bench::model(&model, kv, prompt, steps)?;
     println!("\nwhole model, KV {kv:?}: prefill {pf:.1} tokens/s ({prompt}-token prompt), decode {dc:.1} tokens/s ({steps} steps)");
+    Ok(())
+}
+
+/// Reads a PEFT adapter folder for a model.
+fn read_adapter(
+    dir: &std::path::Path,
+    c: &pippin::model::Config,
+) -> Result<pippin::adapters::Adapter> {
+    let read = |f: &str| {
+        std::fs::read(dir.join(f))
+            .map_err(|e| Error::invalid(format!("cannot read {}: {e}", dir.join(f).display())))
+    };
+    pippin::adapters::parse(
+        &read("adapter_config.json")?,
+        &read("adapter_model.safetensors")?,
+        c,
+    )
+}
+
+fn make_adapter(
+    out: &std::path::Path,
+    model: &std::path::Path,
+    rank: usize,
+    modules: &str,
+    seed: u64,
+    zero_b: bool,
+) -> Result<()> {
+    let (g, _) = Gguf::open(model)?;
+    let c = Config::from_gguf(&g)?;
+    let modules: Vec<&str> = modules.split(',').map(str::trim).collect();
+    let spec = pippin::adapters::fixture::FixtureSpec {
+        rank,
+        alpha: 2.0 * rank as f32,
+        modules: &modules,
+        seed,
+        zero_b,
+        half: false,
+    };
+    let (config, weights) = pippin::adapters::fixture::write(&c, &spec);
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("adapter_config.json"), config)?;
+    std::fs::write(out.join("adapter_model.safetensors"), weights)?;
+    println!(
+        "wrote {} (rank {rank}, {})",
+        out.display(),
+        modules.join(", ")
+    );
     Ok(())
 }
 
