@@ -41,6 +41,18 @@ export interface GenerateOptions {
   stop?: string | string[];
   /** Aborting ends the reply within one step with finishReason "abort". */
   signal?: AbortSignal;
+  /** A loaded adapter's name for this call, or null for the base model (default: the active one). */
+  adapter?: string | null;
+}
+
+export type AdapterFile = string | URL | Response | Blob | ArrayBuffer | Uint8Array;
+
+export interface AdapterInfo {
+  name: string;
+  /** GPU memory it takes. */
+  bytes: number;
+  rank: number;
+  active: boolean;
 }
 
 export interface Usage {
@@ -106,6 +118,17 @@ export declare class Pippin {
   generate(prompt: string, options?: GenerateOptions): Reply;
   /** The assistant's reply to `messages` in the model's chat template; the previous turn's KV cache is reused. */
   chat(messages: Message[], options?: GenerateOptions): Reply;
+  /** Loads a PEFT LoRA adapter: a folder URL, or its two files. Switching adapters costs no reload. */
+  loadAdapter(
+    name: string,
+    source: string | URL | { config: AdapterFile | object; weights: AdapterFile },
+    options?: { onProgress?: (p: { phase: string; loaded: number; total: number; fraction: number }) => void },
+  ): Promise<void>;
+  /** The adapter used when a call passes none; null for the base model. */
+  useAdapter(name: string | null): void;
+  /** Frees an adapter's GPU memory; false when none had that name. */
+  unloadAdapter(name: string): boolean;
+  adapters(): AdapterInfo[];
   stats(): Stats;
   info(): Info;
   /** Forgets the conversation. */

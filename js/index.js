@@ -67,6 +67,30 @@ async function openSource(source, options) {
   throw new TypeError("Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
 }
 
+function inFolder(folder, file) {
+  const base = new URL(String(folder).replace(/\/?$/, "/"), globalThis.location?.href);
+  return new URL(file, base);
+}
+
+async function adapterBytes(src, onProgress, what) {
+  if (src && typeof src === "object" && !(src instanceof URL) && !(src instanceof Blob) && !(src instanceof Response) && !ArrayBuffer.isView(src) && !(src instanceof ArrayBuffer)) {
+    return new TextEncoder().encode(JSON.stringify(src));
+  }
+  if (typeof src === "string" || src instanceof URL) {
+    let r;
+    try {
+      r = await fetch(src);
+    } catch (e) {
+      throw new Error(`Downloading the adapter's ${what} from ${src} failed: ${e.message}`);
+    }
+    if (!r.ok) throw new Error(`Downloading the adapter's ${what} from ${src} failed: HTTP ${r.status} ${r.statusText}`);
+    src = r;
+  }
+  const bytes = new Uint8Array(src instanceof Response || src instanceof Blob ? await src.arrayBuffer() : ArrayBuffer.isView(src) ? src.buffer.slice(src.byteOffset, src.byteOffset + src.byteLength) : src);
+  onProgress?.({ phase: what, loaded: bytes.length, total: bytes.length, fraction: 1 });
+  return bytes;
+}
+
 function generationOptions(o = {}) {
   const out = {};
   for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop"]) {
@@ -168,12 +192,43 @@ export class Pippin {
 
   /** Streams a continuation of `prompt` (no chat template). */
   generate(prompt, options = {}) {
-    return new Reply(this.#engine, () => this.#engine.generate(String(prompt), generationOptions(options)), options.signal);
+    const start = () => this.#engine.generate(String(prompt), generationOptions(options), options.adapter);
+    return new Reply(this.#engine, start, options.signal);
   }
 
   /** Streams the assistant's reply to `messages` ([{role, content}]) in the model's chat template. */
   chat(messages, options = {}) {
-    return new Reply(this.#engine, () => this.#engine.chat(messages, generationOptions(options)), options.signal);
+    const start = () => this.#engine.chat(messages, generationOptions(options), options.adapter);
+    return new Reply(this.#engine, start, options.signal);
+  }
+
+  /**
+   * Loads a PEFT LoRA adapter under `name`. `source` is the URL of a folder holding
+   * adapter_config.json and adapter_model.safetensors, or `{ config, weights }` where
+   * each is a URL, a Response, a Blob or bytes (config may also be the parsed object).
+   */
+  async loadAdapter(name, source, options = {}) {
+    const files = typeof source === "string" || source instanceof URL
+      ? { config: inFolder(source, "adapter_config.json"), weights: inFolder(source, "adapter_model.safetensors") }
+      : source;
+    const config = await adapterBytes(files.config, options.onProgress, "config");
+    const weights = await adapterBytes(files.weights, options.onProgress, "weights");
+    this.#engine.loadAdapter(String(name), config, weights);
+  }
+
+  /** The adapter for calls that do not pass `adapter` (null: the base model). */
+  useAdapter(name) {
+    this.#engine.useAdapter(name ?? undefined);
+  }
+
+  /** Frees an adapter's GPU memory; false when none had that name. */
+  unloadAdapter(name) {
+    return this.#engine.unloadAdapter(String(name));
+  }
+
+  /** [{ name, bytes, rank, active }] */
+  adapters() {
+    return this.#engine.adapters();
   }
 
   /** { prefillTokensPerS, decodeTokensPerS, weightBytes, kvCacheBytes, contextTokens } */

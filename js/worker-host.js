@@ -25,6 +25,10 @@ const methods = {
     reply = null;
     return r?.return();
   },
+  loadAdapter: (id, name, source) => llm.loadAdapter(name, source, { onProgress: (p) => postMessage({ id, progress: p }) }),
+  useAdapter: (id, name) => llm.useAdapter(name),
+  unloadAdapter: (id, name) => llm.unloadAdapter(name),
+  adapters: () => llm.adapters(),
   stats: () => llm.stats(),
   info: () => llm.info(),
   reset: () => llm.reset(),

@@ -1,6 +1,6 @@
 // `pippin/worker`: the same API as "pippin", with the engine in a Web Worker.
 // stats(), info() and reset() return Promises here (they cross to the worker).
-import type { GenerateOptions, Info, LoadOptions, Message, Reply, Stats } from "./index.js";
+import type { AdapterFile, AdapterInfo, GenerateOptions, Info, LoadOptions, Message, Reply, Stats } from "./index.js";
 
 export * from "./index.js";
 
@@ -10,6 +10,10 @@ export declare class Pippin {
   static deleteCached(url: string): Promise<boolean>;
   generate(prompt: string, options?: GenerateOptions): Reply;
   chat(messages: Message[], options?: GenerateOptions): Reply;
+  loadAdapter(name: string, source: string | URL | { config: AdapterFile | object; weights: AdapterFile }): Promise<void>;
+  useAdapter(name: string | null): Promise<void>;
+  unloadAdapter(name: string): Promise<boolean>;
+  adapters(): Promise<AdapterInfo[]>;
   stats(): Promise<Stats>;
   info(): Promise<Info>;
   reset(): Promise<void>;

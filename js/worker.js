@@ -121,6 +121,23 @@ export class Pippin {
     return new Reply(this.#conn, () => this.#conn.call("chat", [messages, o]), signal);
   }
 
+  loadAdapter(name, source, options = {}) {
+    if (source instanceof URL) source = String(source);
+    return this.#conn.call("loadAdapter", [name, source], options.onProgress);
+  }
+
+  useAdapter(name) {
+    return this.#conn.call("useAdapter", [name ?? null]);
+  }
+
+  unloadAdapter(name) {
+    return this.#conn.call("unloadAdapter", [name]);
+  }
+
+  adapters() {
+    return this.#conn.call("adapters");
+  }
+
   stats() {
     return this.#conn.call("stats");
   }

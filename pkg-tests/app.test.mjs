@@ -176,6 +176,52 @@ test("a URL is kept in Cache Storage, listed and deleted", async () => {
   assert.deepEqual(r.after, []);
 });
 
+test("LoRA adapters: load from a URL, use per call, switch back to none mid-conversation, unload", async () => {
+  const r = await page.evaluate(async () => {
+    const opts = { maxTokens: 6 };
+    llm.reset();
+    const base = await llm.generate("Once upon a time", opts).text();
+    await llm.loadAdapter("story", "/target/test-adapter");
+    const listed = llm.adapters();
+    const withAdapter = await llm.generate("Once upon a time", { ...opts, adapter: "story" }).text();
+    const again = await llm.generate("Once upon a time", { ...opts, adapter: "story" }).text();
+    const baseAgain = await llm.generate("Once upon a time", opts).text();
+    // A conversation: turn 1 with the adapter, turn 2 back on the base model.
+    llm.useAdapter("story");
+    const msgs = [{ role: "user", content: "Tell me a story." }];
+    const turn1 = await llm.chat(msgs, { maxTokens: 6 }).text();
+    llm.useAdapter(null);
+    msgs.push({ role: "assistant", content: turn1 }, { role: "user", content: "Shorter, please." });
+    const turn2 = await llm.chat(msgs, { maxTokens: 4 }).text();
+    const unloaded = llm.unloadAdapter("story");
+    let missing = "";
+    try {
+      await llm.generate("x", { adapter: "story" }).text();
+    } catch (e) {
+      missing = e.message;
+    }
+    let bad = "";
+    try {
+      await llm.loadAdapter("bad", { config: { r: 4, lora_alpha: 8 }, weights: "/target/test-adapter/adapter_model.safetensors" });
+    } catch (e) {
+      bad = e.message;
+    }
+    return { base, listed, withAdapter, again, baseAgain, turn1, turn2, unloaded, after: llm.adapters(), missing, bad };
+  });
+  assert.equal(r.listed.length, 1);
+  assert.equal(r.listed[0].name, "story");
+  assert.equal(r.listed[0].rank, 8);
+  assert.ok(r.listed[0].bytes > 1e6);
+  assert.notEqual(r.withAdapter, r.base, "the adapter changes the text");
+  assert.equal(r.again, r.withAdapter);
+  assert.equal(r.baseAgain, r.base, "none is exactly the base model again");
+  assert.ok(r.turn1.length > 0 && r.turn2.length > 0);
+  assert.equal(r.unloaded, true);
+  assert.deepEqual(r.after, []);
+  assert.match(r.missing, /no adapter named "story"/);
+  assert.match(r.bad, /config says rank 4/);
+});
+
 test("pippin/worker: the same API from a Web Worker", async () => {
   const r = await page.evaluate(async (url) => {
     let progressed = 0;

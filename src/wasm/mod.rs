@@ -5,7 +5,8 @@
 mod source;
 
 use crate::engine::{
-    Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, SessionOptions, Usage,
+    Adapters, Event, GenerateOptions, Generation, GpuAdapter, GpuBackend, GpuModel, GpuSession,
+    SessionOptions, Usage,
 };
 use crate::gpu::{Caps, Gpu};
 use crate::quant::kv::KvFormat;
@@ -46,6 +47,34 @@ struct Inner {
     session: GpuSession,
     tk: Tokenizer,
     generation: Option<Generation>,
+    adapters: Adapters,
+    /// The adapter used when a call does not name one.
+    active: Option<String>,
+    /// The adapter of the running generation.
+    current: Option<String>,
+}
+
+impl Inner {
+    /// The adapter a call asked for: `undefined` = the active one, `null` = none.
+    fn pick(&self, requested: &JsValue) -> Result<Option<String>, JsError> {
+        let name = if requested.is_undefined() {
+            self.active.clone()
+        } else if requested.is_null() {
+            None
+        } else {
+            Some(
+                requested
+                    .as_string()
+                    .ok_or_else(|| JsError::new("adapter must be a name or null"))?,
+            )
+        };
+        match name {
+            Some(n) if self.adapters.get(&n).is_none() => {
+                Err(JsError::new(&format!("no adapter named {n:?} is loaded")))
+            }
+            other => Ok(other),
+        }
+    }
 }
 
 /// A loaded model and its conversation. Calls that run the GPU are not queued: a
@@ -171,6 +200,9 @@ impl Engine {
             session,
             tk,
             generation: None,
+            adapters: Adapters::default(),
+            active: None,
+            current: None,
         };
         Ok(Engine {
             inner: Rc::new(RefCell::new(Some(inner))),
@@ -181,23 +213,24 @@ impl Engine {
         })
     }
 
-    /// Starts a reply to `prompt` (plain text, no chat template).
-    pub fn generate(&self, prompt: String, options: JsValue) -> js_sys::Promise {
-        self.start(Request::Prompt(prompt), options)
+    /// Starts a reply to `prompt` (plain text, no chat template). `adapter`: a loaded
+    /// adapter's name, `null` for none, `undefined` for the active one.
+    pub fn generate(&self, prompt: String, options: JsValue, adapter: JsValue) -> js_sys::Promise {
+        self.start(Request::Prompt(prompt), options, adapter)
     }
 
     /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template.
     /// The KV cache of the previous turn is reused where the conversation matches.
-    pub fn chat(&self, messages: JsValue, options: JsValue) -> js_sys::Promise {
+    pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
         match serde_wasm_bindgen::from_value::<Vec<Message>>(messages) {
-            Ok(m) => self.start(Request::Chat(m), options),
+            Ok(m) => self.start(Request::Chat(m), options, adapter),
             Err(e) => js_sys::Promise::reject(
                 &js_err(format!("messages must be [{{role, content}}]: {e}")).into(),
             ),
         }
     }
 
-    fn start(&self, req: Request, options: JsValue) -> js_sys::Promise {
+    fn start(&self, req: Request, options: JsValue, adapter: JsValue) -> js_sys::Promise {
         let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
         promise(async move {
             let _busy = Busy::take(&busy)?;
@@ -218,7 +251,9 @@ impl Engine {
                 }
             }
             .map_err(js_err)?;
-            let mut b = GpuBackend::new(&s.model, &mut s.session);
+            s.current = s.pick(&adapter)?;
+            let ad = s.current.as_deref().and_then(|n| s.adapters.get(n));
+            let mut b = GpuBackend::with_adapter(&s.model, &mut s.session, ad);
             s.generation = Some(
                 Generation::start(&mut b, &prompt, &opts)
                     .await
@@ -241,6 +276,9 @@ impl Engine {
                 session,
                 tk,
                 generation,
+                adapters,
+                current,
+                ..
             } = lease.get();
             let g = generation.as_mut().ok_or_else(|| {
                 JsError::new("no generation is running: call generate() or chat() first")
@@ -248,7 +286,8 @@ impl Engine {
             let event = if aborted.get() {
                 g.abort()
             } else {
-                g.next(&mut GpuBackend::new(model, session), tk)
+                let ad = current.as_deref().and_then(|n| adapters.get(n));
+                g.next(&mut GpuBackend::with_adapter(model, session, ad), tk)
                     .await
                     .map_err(js_err)?
             };
@@ -274,6 +313,65 @@ impl Engine {
                 },
             })
         })
+    }
+
+    /// Uploads a PEFT LoRA adapter (the bytes of adapter_config.json and
+    /// adapter_model.safetensors) under `name`; the base model is untouched.
+    #[wasm_bindgen(js_name = loadAdapter)]
+    pub fn load_adapter(&self, name: String, config: &[u8], weights: &[u8]) -> Result<(), JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        let mut lease = Lease::take(&self.inner)?;
+        let s = lease.get();
+        let adapter = crate::adapters::parse(config, weights, &s.model.config).map_err(js_err)?;
+        let gpu_adapter = GpuAdapter::upload(&s.model.gpu, &adapter).map_err(js_err)?;
+        s.adapters.insert(&name, gpu_adapter);
+        Ok(())
+    }
+
+    /// Makes `name` (or `null`: none) the adapter of calls that do not name one.
+    #[wasm_bindgen(js_name = useAdapter)]
+    pub fn use_adapter(&self, name: Option<String>) -> Result<(), JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        let mut lease = Lease::take(&self.inner)?;
+        let s = lease.get();
+        if let Some(n) = &name {
+            if s.adapters.get(n).is_none() {
+                return Err(JsError::new(&format!("no adapter named {n:?} is loaded")));
+            }
+        }
+        s.active = name;
+        Ok(())
+    }
+
+    /// Frees an adapter's GPU memory; false when there was none of that name.
+    #[wasm_bindgen(js_name = unloadAdapter)]
+    pub fn unload_adapter(&self, name: String) -> Result<bool, JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        let mut lease = Lease::take(&self.inner)?;
+        let s = lease.get();
+        if s.active.as_deref() == Some(&name) {
+            s.active = None;
+        }
+        Ok(s.adapters.remove(&name))
+    }
+
+    /// `[{ name, bytes, rank, active }]`
+    pub fn adapters(&self) -> Result<JsValue, JsError> {
+        let _busy = Busy::take(&self.busy)?;
+        let mut lease = Lease::take(&self.inner)?;
+        let s = lease.get();
+        let list: Vec<AdapterInfo> = s
+            .adapters
+            .list()
+            .into_iter()
+            .map(|(name, bytes, rank)| AdapterInfo {
+                active: s.active.as_deref() == Some(&name),
+                name,
+                bytes,
+                rank,
+            })
+            .collect();
+        to_js(&list)
     }
 
     /// Asks the running reply to stop; the next `next()` ends it with `abort`.
@@ -342,6 +440,14 @@ struct Stats {
     weight_bytes: u64,
     kv_cache_bytes: u64,
     context_tokens: usize,
+}
+
+#[derive(Serialize)]
+struct AdapterInfo {
+    name: String,
+    bytes: u64,
+    rank: usize,
+    active: bool,
 }
 
 #[derive(Serialize)]
