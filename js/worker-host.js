@@ -3,16 +3,21 @@ import { Pippin } from "./index.js";
 
 let llm = null;
 let reply = null;
+let ctl = null;
 
 const methods = {
   async load(id, source, options) {
     llm = await Pippin.load(source, { ...options, onProgress: (p) => postMessage({ id, progress: p }) });
   },
+  // Each reply gets an AbortController: abort() ends it through the same path as a
+  // page's AbortSignal, and the next next() returns its final chunk.
   generate(id, prompt, options) {
-    reply = llm.generate(prompt, options)[Symbol.asyncIterator]();
+    ctl = new AbortController();
+    reply = llm.generate(prompt, { ...options, signal: ctl.signal })[Symbol.asyncIterator]();
   },
   chat(id, messages, options) {
-    reply = llm.chat(messages, options)[Symbol.asyncIterator]();
+    ctl = new AbortController();
+    reply = llm.chat(messages, { ...options, signal: ctl.signal })[Symbol.asyncIterator]();
   },
   async next() {
     if (!reply) throw new Error("no generation is running: call generate() or chat() first");
@@ -21,9 +26,7 @@ const methods = {
     return done ? { text: "", done: true, finishReason: "abort" } : value;
   },
   abort() {
-    const r = reply;
-    reply = null;
-    return r?.return();
+    ctl?.abort();
   },
   loadAdapter: (id, name, source) => llm.loadAdapter(name, source, { onProgress: (p) => postMessage({ id, progress: p }) }),
   useAdapter: (id, name) => llm.useAdapter(name),

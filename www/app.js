@@ -1,0 +1,236 @@
+// The playground: a chat over Pippin running in a Web Worker (pippin/worker), so the
+// page stays responsive while the model loads and generates.
+import { Pippin } from "pippin/worker";
+import { escape, renderMarkdown } from "./markdown.js";
+
+const $ = (id) => document.getElementById(id);
+const state = { llm: null, messages: [], ctl: null, busy: false };
+
+function banner(html, kind = "info") {
+  const b = $("banner");
+  b.className = `banner ${kind}`;
+  b.innerHTML = html;
+  b.hidden = !html;
+}
+
+function setStatus(text) {
+  $("status").textContent = text;
+}
+
+function mb(bytes) {
+  return `${(bytes / 1e6).toFixed(1)} MB`;
+}
+
+/** The error as HTML for the banner (its text escaped), with what to do about it. */
+function friendly(err) {
+  const m = escape(err.message || String(err));
+  if (/maxStorageBufferBindingSize|maxBufferSize|over this device/.test(m)) return `This model is too large for this device's GPU: ${m}`;
+  if (/Downloading/.test(m)) return `${m}. Check the URL and your connection.`;
+  if (/lost/.test(m)) return `${m} <button onclick="location.reload()">Reload the page</button>`;
+  return m;
+}
+
+function enableChat(on) {
+  for (const id of ["input", "send", "new-chat"]) $(id).disabled = !on;
+}
+
+async function refreshCache() {
+  const list = await Pippin.cached();
+  const total = list.reduce((a, c) => a + c.bytes, 0);
+  $("cached").textContent = list.length ? `Cache: ${list.length} model(s), ${mb(total)}` : "Cache: empty";
+}
+
+async function checkWebGPU() {
+  if (!navigator.gpu || !(await navigator.gpu.requestAdapter())) {
+    banner(
+      "<strong>WebGPU is not available in this browser.</strong> Pippin runs on the GPU through WebGPU: use Chrome or Edge 113+ " +
+        "(on Linux start it with <code>--enable-unsafe-webgpu</code>), Safari 26+, or Firefox 141+ on Windows.",
+      "error",
+    );
+    $("load").disabled = true;
+    return false;
+  }
+  return true;
+}
+
+async function loadModel() {
+  const file = $("model-file").files[0];
+  const source = file ?? new URL($("model-url").value, location.href).href;
+  $("load").disabled = true;
+  enableChat(false);
+  banner("");
+  if (state.llm) {
+    await state.llm.dispose();
+    state.llm = null;
+  }
+  setStatus("Loading…");
+  const t0 = performance.now();
+  try {
+    state.llm = await Pippin.load(source, {
+      kvCache: $("kv").value,
+      onProgress: (p) => {
+        $("progress").value = p.fraction;
+        const what = { download: "Connecting", upload: "Downloading and uploading to the GPU", ready: "Ready" }[p.phase] ?? p.phase;
+        $("progress-text").textContent = p.total
+          ? `${what}: ${mb(p.loaded)} of ${mb(p.total)} (${Math.round(p.fraction * 100)}%)`
+          : `${what}: ${mb(p.loaded)}`;
+      },
+    });
+    const info = await state.llm.info();
+    $("gpu-info").textContent = JSON.stringify(info, null, 1);
+    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${info.adapter || "WebGPU adapter"} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    newChat();
+    enableChat(true);
+    await updateNumbers();
+  } catch (e) {
+    setStatus("No model loaded");
+    banner(friendly(e), "error");
+  } finally {
+    $("load").disabled = false;
+    refreshCache();
+  }
+}
+
+async function updateNumbers(ttft) {
+  if (!state.llm) return;
+  const s = await state.llm.stats();
+  $("n-prefill").textContent = s.prefillTokensPerS ? `${s.prefillTokensPerS.toFixed(1)} tok/s` : "–";
+  $("n-decode").textContent = s.decodeTokensPerS ? `${s.decodeTokensPerS.toFixed(1)} tok/s` : "–";
+  if (ttft !== undefined) $("n-ttft").textContent = `${ttft.toFixed(0)} ms`;
+  $("n-memory").textContent = `${mb(s.weightBytes + s.kvCacheBytes)} (weights ${mb(s.weightBytes)}, KV ${mb(s.kvCacheBytes)})`;
+  $("n-context").textContent = `${s.contextTokens} tokens`;
+}
+
+function addMessage(role, text) {
+  const div = document.createElement("div");
+  div.className = `msg ${role}`;
+  div.innerHTML = role === "assistant" ? renderMarkdown(text) : "";
+  if (role === "user") div.textContent = text;
+  $("messages").querySelector(".hint")?.remove();
+  $("messages").append(div);
+  div.scrollIntoView({ block: "end" });
+  return div;
+}
+
+function newChat() {
+  state.messages = [];
+  $("messages").innerHTML = '<p class="hint">Say hello.</p>';
+  state.llm?.reset();
+}
+
+async function send(e) {
+  e?.preventDefault();
+  const text = $("input").value.trim();
+  if (!text || !state.llm || state.busy) return;
+  $("input").value = "";
+  addMessage("user", text);
+  state.messages.push({ role: "user", content: text });
+  const system = $("system").value.trim();
+  const msgs = system ? [{ role: "system", content: system }, ...state.messages] : state.messages;
+  const div = addMessage("assistant", "");
+  state.busy = true;
+  state.ctl = new AbortController();
+  $("send").disabled = true;
+  $("stop").disabled = false;
+  let reply = "";
+  let ttft;
+  const t0 = performance.now();
+  try {
+    const opts = {
+      temperature: Number($("temperature").value),
+      topK: Number($("top-k").value),
+      topP: Number($("top-p").value),
+      maxTokens: Number($("max-tokens").value),
+      signal: state.ctl.signal,
+    };
+    for await (const c of state.llm.chat(msgs, opts)) {
+      if (c.done) {
+        const u = c.usage;
+        const meta = document.createElement("div");
+        meta.className = "meta";
+        meta.textContent = `${u.generatedTokens} tokens · ${c.finishReason}${c.finishReason === "abort" ? " (stopped)" : ""}`;
+        div.append(meta);
+        break;
+      }
+      ttft ??= performance.now() - t0;
+      reply += c.text;
+      div.innerHTML = renderMarkdown(reply);
+      div.scrollIntoView({ block: "end" });
+      updateNumbers(ttft);
+    }
+    state.messages.push({ role: "assistant", content: reply });
+  } catch (err) {
+    banner(friendly(err), "error");
+    state.messages.pop();
+  } finally {
+    state.busy = false;
+    $("send").disabled = false;
+    $("stop").disabled = true;
+    updateNumbers(ttft);
+  }
+}
+
+async function refreshAdapters() {
+  const ul = $("adapters");
+  ul.innerHTML = "";
+  const list = await state.llm.adapters();
+  const none = { name: null, bytes: 0, rank: 0, active: !list.some((a) => a.active) };
+  for (const a of [none, ...list]) {
+    const li = document.createElement("li");
+    const radio = Object.assign(document.createElement("input"), { type: "radio", name: "active-adapter", checked: a.active });
+    radio.dataset.adapter = a.name ?? "";
+    radio.onchange = async () => {
+      await state.llm.useAdapter(a.name);
+      refreshAdapters();
+    };
+    const label = document.createElement("span");
+    label.textContent = a.name ? `${a.name} (rank ${a.rank}, ${mb(a.bytes)})` : "none (base model)";
+    li.append(radio, label);
+    if (a.name) {
+      const unload = Object.assign(document.createElement("button"), { className: "link", textContent: "unload" });
+      unload.onclick = async () => {
+        await state.llm.unloadAdapter(a.name);
+        refreshAdapters();
+      };
+      li.append(unload);
+    }
+    ul.append(li);
+  }
+}
+
+async function loadAdapter() {
+  if (!state.llm) return banner("Load a model first.", "info");
+  const url = $("adapter-url").value.trim();
+  const name = $("adapter-name").value.trim() || "adapter";
+  if (!url) return;
+  $("load-adapter").disabled = true;
+  try {
+    await state.llm.loadAdapter(name, new URL(url, location.href).href);
+    await state.llm.useAdapter(name);
+    banner("");
+  } catch (e) {
+    banner(friendly(e), "error");
+  } finally {
+    $("load-adapter").disabled = false;
+    refreshAdapters();
+  }
+}
+
+$("load").onclick = loadModel;
+$("composer").onsubmit = send;
+$("input").onkeydown = (e) => {
+  if (e.key === "Enter" && !e.shiftKey) send(e);
+};
+$("stop").onclick = () => state.ctl?.abort();
+$("new-chat").onclick = newChat;
+$("load-adapter").onclick = loadAdapter;
+$("delete-cache").onclick = async () => {
+  for (const c of await Pippin.cached()) await Pippin.deleteCached(c.url);
+  refreshCache();
+};
+
+window.playground = state;
+if (await checkWebGPU()) {
+  refreshCache();
+}
+document.body.dataset.ready = "true";

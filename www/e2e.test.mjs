@@ -1,0 +1,106 @@
+// The playground end to end in Debian's headless Chromium (WebGPU through SwiftShader):
+// load the default model, chat with streaming, stop mid-stream, chat again, load an
+// adapter and use it, with no console errors; a screenshot is saved as an artifact.
+// Without WebGPU the page shows its friendly message.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { serve } from "./serve.mjs";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const ARTIFACTS = path.join(root, "target", "artifacts");
+const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+let server, base;
+
+async function open(args, errors) {
+  const userDataDir = fs.mkdtempSync(path.join(fs.realpathSync("/tmp"), "pippin-profile-"));
+  const ctx = await chromium.launchPersistentContext(userDataDir, { executablePath: "/usr/bin/chromium", args, viewport: { width: 1280, height: 860 } });
+  const page = ctx.pages()[0] ?? (await ctx.newPage());
+  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(`${base}/`);
+  await page.waitForSelector("body[data-ready=true]");
+  return { ctx, page };
+}
+
+before(async () => {
+  server = await serve(0);
+  base = `http://127.0.0.1:${server.address().port}`;
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+});
+
+after(() => server?.close());
+
+async function lastReply(page) {
+  return page.locator(".msg.assistant").last().innerText();
+}
+
+test("chat, stop, chat again, adapter: a working playground", async () => {
+  const errors = [];
+  const { ctx, page } = await open(["--enable-unsafe-webgpu", ...FLAGS], errors);
+  try {
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "8");
+    await page.click("#load");
+    await page.waitForFunction(() => !document.querySelector("#input").disabled, null, { timeout: 240_000 });
+    assert.match(await page.textContent("#progress-text"), /Ready/);
+    assert.match(await page.textContent("#status"), /30 layers/);
+
+    await page.fill("#input", "What is the capital of France?");
+    await page.click("#send");
+    await page.waitForSelector(".msg.assistant .meta", { timeout: 240_000 });
+    assert.match(await lastReply(page), /Paris/);
+    assert.match(await page.textContent("#n-decode"), /tok\/s/);
+
+    // Stop mid-stream: a long answer, stopped after its first words.
+    await page.fill("#max-tokens", "200");
+    await page.fill("#input", "Tell me a long story about a hobbit.");
+    await page.click("#send");
+    await page.waitForFunction(() => document.querySelector(".msg.assistant:last-child")?.textContent.length > 10, null, { timeout: 240_000 });
+    await page.click("#stop");
+    await page.waitForSelector(".msg.assistant:last-child .meta", { timeout: 120_000 });
+    assert.match(await page.locator(".msg.assistant .meta").last().innerText(), /stopped/);
+
+    await page.fill("#max-tokens", "6");
+    await page.fill("#input", "Thanks! And Italy?");
+    await page.click("#send");
+    await page.waitForFunction(() => document.querySelectorAll(".msg.assistant .meta").length === 3, null, { timeout: 240_000 });
+
+    await page.fill("#adapter-url", "/adapters/demo");
+    await page.click("#load-adapter");
+    await page.waitForSelector("#adapters input[data-adapter=demo]:checked", { timeout: 120_000 });
+    await page.fill("#input", "Hello with the adapter.");
+    await page.click("#send");
+    await page.waitForFunction(() => document.querySelectorAll(".msg.assistant .meta").length === 4, null, { timeout: 240_000 });
+    assert.match(await page.textContent("#adapters"), /demo \(rank 8/);
+
+    await page.screenshot({ path: path.join(ARTIFACTS, "playground.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+    assert.equal(await page.isHidden("#banner"), true, await page.textContent("#banner"));
+  } catch (e) {
+    // What the page showed when it failed: a screenshot and its text.
+    await page.screenshot({ path: path.join(ARTIFACTS, "playground-failure.png"), fullPage: true });
+    console.error("page at failure:", await page.textContent("#banner"), "|", await page.textContent("#messages"), "| errors:", errors);
+    throw e;
+  } finally {
+    await ctx.close();
+  }
+});
+
+test("without WebGPU the page says which browsers and flags work", async () => {
+  const errors = [];
+  const { ctx, page } = await open(FLAGS, errors);
+  try {
+    await page.waitForSelector("#banner:not([hidden])");
+    const text = await page.textContent("#banner");
+    assert.match(text, /WebGPU is not available/);
+    assert.match(text, /Chrome/);
+    assert.equal(await page.isDisabled("#load"), true);
+    await page.screenshot({ path: path.join(ARTIFACTS, "playground-no-webgpu.png") });
+  } finally {
+    await ctx.close();
+  }
+});
