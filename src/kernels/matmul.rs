@@ -207,6 +207,19 @@ pub fn naive(
     Ok(())
 }
 
+/// The override constants both GEMM kernels take, for one part of `m`.
+fn gemm_constants(m: &GpuMatrix, p: &Part, io: &Io) -> [(&'static str, f64); 7] {
+    [
+        ("FORMAT", m.format as u32 as f64),
+        ("K", m.cols as f64),
+        ("N", p.rows as f64),
+        ("X_STRIDE", io.x_stride as f64),
+        ("Y_STRIDE", io.y_stride as f64),
+        ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+        ("ACCUMULATE", io.accumulate as u32 as f64),
+    ]
+}
+
 /// `n_tokens` tokens, one thread per row and 8 tokens (software adapters).
 pub fn gemm_rowwise(
     k: &Kernels,
@@ -217,18 +230,7 @@ pub fn gemm_rowwise(
     n_tokens: usize,
 ) -> Result<()> {
     for p in &m.parts {
-        let pipe = k.pipe(
-            Shader::MatmulGemmRowwise,
-            &[
-                ("FORMAT", m.format as u32 as f64),
-                ("K", m.cols as f64),
-                ("N", p.rows as f64),
-                ("X_STRIDE", io.x_stride as f64),
-                ("Y_STRIDE", io.y_stride as f64),
-                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
-                ("ACCUMULATE", io.accumulate as u32 as f64),
-            ],
-        )?;
+        let pipe = k.pipe(Shader::MatmulGemmRowwise, &gemm_constants(m, p, io))?;
         let [gx, gy, _] = grid((p.rows as u32).div_ceil(64));
         let groups = [gx, gy, (n_tokens as u32).div_ceil(8)];
         k.dispatch(pass, &pipe, &[step, &p.qs, &p.scales, io.x, io.y], groups);
@@ -246,18 +248,7 @@ pub fn gemm(
     n_tokens: usize,
 ) -> Result<()> {
     for p in &m.parts {
-        let pipe = k.pipe(
-            Shader::MatmulGemm,
-            &[
-                ("FORMAT", m.format as u32 as f64),
-                ("K", m.cols as f64),
-                ("N", p.rows as f64),
-                ("X_STRIDE", io.x_stride as f64),
-                ("Y_STRIDE", io.y_stride as f64),
-                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
-                ("ACCUMULATE", io.accumulate as u32 as f64),
-            ],
-        )?;
+        let pipe = k.pipe(Shader::MatmulGemm, &gemm_constants(m, p, io))?;
         let groups = [
             (p.rows as u32).div_ceil(64),
             (n_tokens as u32).div_ceil(16),
