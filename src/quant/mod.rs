@@ -3,6 +3,7 @@
 
 pub mod gpu_layout;
 pub mod kv;
+pub mod palette;
 
 use crate::error::{Error, Result};
 use half::{bf16, f16};
