@@ -3,15 +3,8 @@
 // for all G query heads that share the KV head; each chunk leaves its running max,
 // sum and weighted V (online softmax) for attention_reduce.wgsl to combine.
 #include "kv_cache.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(5) var<storage, read> qkv: array<f32>;
 @group(0) @binding(6) var<storage, read_write> part: array<f32>; // [NH][n_splits][HD + 2]
 

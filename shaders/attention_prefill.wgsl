@@ -3,15 +3,8 @@
 // workgroup memory and keeps an online softmax (FlashAttention); K/V are dequantized
 // from the quantized cache as tiles are loaded.
 #include "kv_cache.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(5) var<storage, read> qkv: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [n_tokens][NH * HD]
 

@@ -1,14 +1,7 @@
 // Combines the per-chunk partial results of attention_decode.wgsl into each query
 // head's output: rescale each chunk by exp(max_chunk - max_all), sum, normalize.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>; // [n_tokens][NH * HD]
 

@@ -1,15 +1,8 @@
 // Embedding gather: row tokens[t] of the (quantized) table, dequantized to f32. A table
 // split across buffers is gathered part by part: each part writes the tokens it holds.
 #include "weights.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read> tokens: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 

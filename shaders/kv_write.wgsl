@@ -3,14 +3,7 @@
 // KV_FORMAT 0: f32; 1: f16, two per word; 2: int8, four per word, one f32 scale per
 // (token, KV head); 3: int4, eight per word, one f32 scale per group of 32.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
 @group(0) @binding(2) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(3) var<storage, read_write> v_cache: array<u32>;

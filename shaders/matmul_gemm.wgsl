@@ -2,15 +2,8 @@
 // 16 tokens; each 32-wide slice of K is dequantized once into workgroup memory and
 // used by all 16 tokens. f32 accumulation.
 #include "weights.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 

@@ -3,15 +3,8 @@
 // cost more than they save, so each thread takes one row and up to 8 tokens, and
 // dequantizes each weight once for all of them. f32 accumulation.
 #include "weights.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 

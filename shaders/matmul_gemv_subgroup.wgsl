@@ -2,15 +2,8 @@
 // per row, its lanes split the row's blocks and subgroupAdd sums them; no workgroup
 // memory and no barriers. Same weight decoding and results as matmul_gemv.wgsl.
 #include "weights.wgsl"
+#include "step.wgsl"
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 

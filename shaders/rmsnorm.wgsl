@@ -2,14 +2,7 @@
 // With LAST_ONLY, only the last token's row is normalized (into row 0): the output
 // head needs no other.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;

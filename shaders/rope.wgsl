@@ -4,14 +4,7 @@
 // STYLE 0 rotates adjacent pairs (2i, 2i+1): GGUF llama files are permuted for it;
 // STYLE 1 rotates (i, i + ROPE_DIM/2) (NeoX / Qwen).
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(1) var<storage, read> table: array<vec2<f32>>; // (cos, sin) [pos][HALF]
 @group(0) @binding(2) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read> q_norm: array<f32>;

@@ -1,13 +1,6 @@
 // SwiGLU: a = silu(gate) · up, from the fused [gate | up] rows of each token.
 
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-}
-
-@group(0) @binding(0) var<uniform> step: Step;
+#include "step.wgsl"
 @group(0) @binding(1) var<storage, read> gu: array<f32>;       // [n_tokens][2F]
 @group(0) @binding(2) var<storage, read_write> a: array<f32>;  // [n_tokens][F]
 

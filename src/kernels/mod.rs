@@ -1,7 +1,7 @@
 //! WGSL kernels: shader sources, the pipeline cache and one launcher per kernel, each
 //! beside the CPU reference it is tested against. Shapes are specialized with
-//! `override` constants; the only preprocessing is `#include` of the two shared
-//! files (weight and KV-cache decoding).
+//! `override` constants; the only preprocessing is `#include` of the three shared
+//! files (the step uniform, weight and KV-cache decoding).
 
 pub mod attention;
 pub mod elementwise;
@@ -92,6 +92,7 @@ pub fn preprocess(src: &str, prelude: &str) -> String {
             Some(name) => out.push_str(match name.trim_matches('"') {
                 "weights.wgsl" => include_str!("../../shaders/weights.wgsl"),
                 "kv_cache.wgsl" => include_str!("../../shaders/kv_cache.wgsl"),
+                "step.wgsl" => include_str!("../../shaders/step.wgsl"),
                 other => panic!("unknown WGSL include {other}"),
             }),
             None => out.push_str(line),

@@ -1,0 +1,10 @@
+// Included by every kernel that runs per step: the values that change each step
+// (shapes are `override` constants), bound as a uniform at binding 0.
+struct Step {
+    n_tokens: u32,
+    pos0: u32,
+    kv_len: u32,
+    n_splits: u32,
+}
+
+@group(0) @binding(0) var<uniform> step: Step;
