@@ -123,48 +123,27 @@ pub fn gemv(
     m: &GpuMatrix,
     io: &Io,
 ) -> Result<()> {
-    let sg = k.tuning.subgroup_size;
-    if sg > 0 {
-        for p in &m.parts {
-            let pipe = k.pipe(
-                Shader::MatmulGemvSubgroup,
-                &[
-                    ("FORMAT", m.format as u32 as f64),
-                    ("K", m.cols as f64),
-                    ("N", p.rows as f64),
-                    ("Y_OFFSET", (io.y_offset + p.row0) as f64),
-                    ("ACCUMULATE", io.accumulate as u32 as f64),
-                    ("SG", sg as f64),
-                ],
-            )?;
-            let groups = (p.rows as u32).div_ceil(256 / sg);
-            k.dispatch(
-                pass,
-                &pipe,
-                &[step, &p.qs, &p.scales, io.x, io.y],
-                grid(groups),
-            );
+    // Threads per row: a subgroup, or the tuning's count but no more than the blocks.
+    let (shader, name, per_row) = match k.tuning.subgroup_size {
+        0 => {
+            let blocks = ((m.cols / 32).next_power_of_two() as u32).max(1);
+            (Shader::MatmulGemv, "TPR", k.tuning.gemv_tpr.min(blocks))
         }
-        return Ok(());
-    }
-    // Threads per row: the tuning's, but no more than the row has blocks.
-    let tpr = k
-        .tuning
-        .gemv_tpr
-        .min(((m.cols / 32).next_power_of_two() as u32).max(1));
+        sg => (Shader::MatmulGemvSubgroup, "SG", sg),
+    };
     for p in &m.parts {
         let pipe = k.pipe(
-            Shader::MatmulGemv,
+            shader,
             &[
                 ("FORMAT", m.format as u32 as f64),
                 ("K", m.cols as f64),
                 ("N", p.rows as f64),
                 ("Y_OFFSET", (io.y_offset + p.row0) as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
-                ("TPR", tpr as f64),
+                (name, per_row as f64),
             ],
         )?;
-        let groups = (p.rows as u32).div_ceil(256 / tpr);
+        let groups = (p.rows as u32).div_ceil(256 / per_row);
         k.dispatch(
             pass,
             &pipe,
