@@ -21,7 +21,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var j = lid; j < nb * 4u; j += 64u) {
         let b = j / 4u;
         let p = j % 4u;
-        let w = weight8((tok - ROW0) * nb + b, p);
+        let w = weight8(tok - ROW0, nb, b, p);
         let o = t * HIDDEN + b * 32u + p * 8u;
         for (var i = 0u; i < 4u; i++) {
             out[o + i] = w.a[i];

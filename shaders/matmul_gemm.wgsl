@@ -35,7 +35,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let p = lid % 4u;
         var w = W8(vec4<f32>(0.0), vec4<f32>(0.0));
         if row0 + r < N {
-            w = weight8((row0 + r) * nb + b, p);
+            w = weight8(row0 + r, nb, b, p);
         }
         let wo = r * LD + p * 8u;
         for (var i = 0u; i < 4u; i++) {

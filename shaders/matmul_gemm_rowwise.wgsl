@@ -31,7 +31,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
     var acc: array<f32, 8>;
     for (var b = 0u; b < nb; b++) {
         for (var p = 0u; p < 4u; p++) {
-            let w = weight8(row * nb + b, p);
+            let w = weight8(row, nb, b, p);
             for (var t = 0u; t < nt; t++) {
                 let xo = ((tok0 + t) * X_STRIDE) / 4u + b * 8u + p * 2u;
                 acc[t] += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);

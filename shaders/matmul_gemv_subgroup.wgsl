@@ -26,7 +26,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if row < N {
         for (var b = lane; b < nb; b += SG) {
             for (var p = 0u; p < 4u; p++) {
-                let w = weight8(row * nb + b, p);
+                let w = weight8(row, nb, b, p);
                 let xo = b * 8u + p * 2u;
                 acc += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
             }

@@ -18,7 +18,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var acc = 0.0;
     for (var b = 0u; b < nb; b++) {
         for (var p = 0u; p < 4u; p++) {
-            let w = weight8(row * nb + b, p);
+            let w = weight8(row, nb, b, p);
             acc += dot(w.a, x[b * 8u + p * 2u]) + dot(w.b, x[b * 8u + p * 2u + 1u]);
         }
     }

@@ -1,8 +1,11 @@
 // Included by the matmul and embedding kernels: weight rows as packed by
 // src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
-// FORMAT: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_1. Blocks hold 32 values.
+// FORMAT: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 palettized 4-bit, 6 palettized
+// 2-bit. Blocks hold 32 values.
 
 override FORMAT: u32 = 4u;
+// Palettes: rows sharing one table (f16 entries, two a word, in w_scales).
+override LUT_ROWS: u32 = 16u;
 
 @group(0) @binding(1) var<storage, read> w_qs: array<u32>;
 @group(0) @binding(2) var<storage, read> w_scales: array<u32>;
@@ -17,6 +20,7 @@ fn qs_words() -> u32 {
         case 0u: { return 32u; }
         case 1u: { return 16u; }
         case 2u: { return 8u; }
+        case 6u: { return 2u; }
         default: { return 4u; }
     }
 }
@@ -40,10 +44,48 @@ fn bytes_i8(w: u32) -> vec4<f32> {
         extractBits(s, 16u, 8u), extractBits(s, 24u, 8u)));
 }
 
-// Values part*8 .. part*8+7 of block `blk` (part 0..3).
-fn weight8(blk: u32, part: u32) -> W8 {
+// The current row group's table, held in registers: a thread reads one row's blocks
+// in turn, so it is loaded once per row (group) rather than once per weight.
+var<private> lut: array<f32, 16>;
+var<private> lut_group: u32 = 0xffffffffu;
+
+fn load_lut(row: u32) {
+    let g = row / LUT_ROWS;
+    if g == lut_group {
+        return;
+    }
+    lut_group = g;
+    let words = select(2u, 8u, FORMAT == 5u);
+    for (var i = 0u; i < words; i++) {
+        let h = unpack2x16float(w_scales[g * words + i]);
+        lut[2u * i] = h.x;
+        lut[2u * i + 1u] = h.y;
+    }
+}
+
+// Eight table entries: indices of `width` bits from `w`, starting at bit `shift`.
+fn lut8(w: u32, shift: u32, width: u32) -> W8 {
+    let m = (1u << width) - 1u;
+    var v: array<f32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        v[j] = lut[(w >> (shift + j * width)) & m];
+    }
+    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+}
+
+// Values part*8 .. part*8+7 of block `b` of row `row` (rows of `nb` blocks; part 0..3).
+fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
+    let blk = row * nb + b;
     let base = blk * qs_words();
     switch FORMAT {
+        case 5u: {
+            load_lut(row);
+            return lut8(w_qs[base + part], 0u, 4u);
+        }
+        case 6u: {
+            load_lut(row);
+            return lut8(w_qs[base + part / 2u], (part % 2u) * 16u, 2u);
+        }
         case 0u: {
             let o = base + part * 8u;
             return W8(

@@ -1,5 +1,5 @@
 //! Matmul (GEMV and tiled GEMM) and embedding kernels against the CPU reference, for
-//! every weight format, over awkward shapes.
+//! every weight format (palettized 2- and 4-bit included), over awkward shapes.
 
 mod common;
 
@@ -7,17 +7,45 @@ use common::gpu::{ctx, ctx_all, max_diff, values, Ctx};
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::{Kernels, Tuning};
 use pippin::model::reference;
-use pippin::quant::gpu_layout::pack;
+use pippin::quant::gpu_layout::{pack, pack_palette, Packed};
+use pippin::quant::palette::palettize;
 use pippin::quant::{dequantize, encode, GgmlType};
 
-const TYPES: [GgmlType; 6] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
+/// A weight format: a GGUF type, or a palette (bits, rows per table).
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Ggml(GgmlType),
+    Palette(u32, usize),
+}
+use Kind::{Ggml, Palette};
+
+/// Every format, palettes with the usual 16 rows a table and an awkward 5.
+const TYPES: [Kind; 9] = [
+    Ggml(GgmlType::F32),
+    Ggml(GgmlType::F16),
+    Ggml(GgmlType::BF16),
+    Ggml(GgmlType::Q8_0),
+    Ggml(GgmlType::Q4_0),
+    Ggml(GgmlType::Q4_1),
+    Palette(4, 16),
+    Palette(2, 16),
+    Palette(4, 5),
 ];
+
+/// `w` in the format, as the GPU takes it and as the CPU reference dequantizes it.
+fn packed_as(kind: Kind, w: &[f32], rows: usize, cols: usize) -> (Packed, Vec<f32>) {
+    match kind {
+        Ggml(ty) => {
+            let bytes = encode_as(ty, w);
+            let deq = dequantize(ty, &bytes, rows * cols).unwrap();
+            (pack(ty, &bytes, rows * cols).unwrap(), deq)
+        }
+        Palette(bits, lut_rows) => {
+            let p = palettize(w, rows, cols, bits, lut_rows, 1);
+            (pack_palette(&p).unwrap(), p.dequantize())
+        }
+    }
+}
 
 fn encode_as(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     match ty {
@@ -36,14 +64,7 @@ fn encode_as(ty: GgmlType, w: &[f32]) -> Vec<u8> {
 
 /// Runs y = W·x for `t` tokens on the GPU (accumulating onto `y0` when given) and
 /// compares with the CPU on the dequantized weights.
-fn check(
-    ty: GgmlType,
-    rows: usize,
-    cols: usize,
-    t: usize,
-    split_bytes: Option<u64>,
-    accumulate: bool,
-) {
+fn check(ty: Kind, rows: usize, cols: usize, t: usize, split_bytes: Option<u64>, accumulate: bool) {
     check_on(ctx(), &ctx().k, ty, rows, cols, t, split_bytes, accumulate)
 }
 
@@ -51,7 +72,7 @@ fn check(
 fn check_on(
     c: &Ctx,
     kernels: &Kernels,
-    ty: GgmlType,
+    ty: Kind,
     rows: usize,
     cols: usize,
     t: usize,
@@ -59,9 +80,7 @@ fn check_on(
     accumulate: bool,
 ) {
     let w = values(rows * cols, (rows * 31 + cols) as u64);
-    let bytes = encode_as(ty, &w);
-    let wq = dequantize(ty, &bytes, rows * cols).unwrap();
-    let packed = pack(ty, &bytes, rows * cols).unwrap();
+    let (packed, wq) = packed_as(ty, &w, rows, cols);
     let m = match split_bytes {
         Some(b) => GpuMatrix::from_packed_split(&c.gpu, "w", packed, rows, cols, b).unwrap(),
         None => GpuMatrix::from_packed(&c.gpu, "w", packed, rows, cols).unwrap(),
@@ -93,7 +112,7 @@ fn check_on(
     let d = max_diff(&got, &want);
     assert!(
         d <= 2e-5 * scale * (cols as f32).sqrt(),
-        "{ty} {rows}x{cols} t={t}: max diff {d}"
+        "{ty:?} {rows}x{cols} t={t}: max diff {d}"
     );
 }
 
@@ -184,14 +203,21 @@ fn gemm_every_format_awkward_shapes() {
 
 #[test]
 fn accumulate_fuses_the_residual_add() {
-    check(GgmlType::Q4_1, 70, 96, 1, None, true);
-    check(GgmlType::Q8_0, 70, 96, 3, None, true);
+    check(Ggml(GgmlType::Q4_1), 70, 96, 1, None, true);
+    check(Ggml(GgmlType::Q8_0), 70, 96, 3, None, true);
+    check(Palette(2, 16), 70, 96, 3, None, true);
 }
 
 #[test]
 fn matrices_split_across_bindings() {
     // Parts of ~10 rows: the split that tensors over maxStorageBufferBindingSize get.
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0] {
+    for ty in [
+        Ggml(GgmlType::Q8_0),
+        Ggml(GgmlType::Q4_1),
+        Ggml(GgmlType::Q4_0),
+        Palette(4, 5),
+        Palette(2, 3),
+    ] {
         check(ty, 45, 64, 1, Some(10 * 64), false);
         check(ty, 45, 64, 19, Some(10 * 64), false);
     }
@@ -240,10 +266,8 @@ fn embedding_gather_every_format_and_split() {
     let table = values(vocab * hidden, 5);
     let tokens = [0u32, 50, 7, 7, 23, 49];
     for ty in TYPES {
-        let bytes = encode_as(ty, &table);
-        let deq = dequantize(ty, &bytes, vocab * hidden).unwrap();
         for split in [None, Some(12 * 96 * 4)] {
-            let packed = pack(ty, &bytes, vocab * hidden).unwrap();
+            let (packed, deq) = packed_as(ty, &table, vocab, hidden);
             let m = GpuMatrix::from_packed_split(
                 &c.gpu,
                 "e",
@@ -259,7 +283,7 @@ fn embedding_gather_every_format_and_split() {
             c.run(|pass| matmul::embed(&c.k, pass, &step, &m, &tb, &out, tokens.len()).unwrap());
             let got = c.read(&out, tokens.len() * hidden);
             let want = reference::embed(&deq, hidden, vocab, &tokens).unwrap();
-            assert_eq!(got, want, "{ty} split {split:?}");
+            assert_eq!(got, want, "{ty:?} split {split:?}");
         }
     }
 }
@@ -267,15 +291,20 @@ fn embedding_gather_every_format_and_split() {
 #[test]
 fn naive_gemv_baseline_matches() {
     let c = ctx();
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16] {
+    for ty in [
+        Ggml(GgmlType::Q4_1),
+        Ggml(GgmlType::Q8_0),
+        Ggml(GgmlType::F16),
+        Palette(4, 16),
+    ] {
         let (rows, cols) = (77, 96);
         let w = values(rows * cols, 3);
-        let bytes = encode_as(ty, &w);
-        let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
+        let (packed, deq) = packed_as(ty, &w, rows, cols);
+        let m = GpuMatrix::from_packed(&c.gpu, "w", packed, rows, cols).unwrap();
         let x = values(cols, 4);
         let (xb, yb) = (c.buf(&x), c.zeros(rows));
         c.run(|pass| matmul::naive(&c.k, pass, &m, &xb, &yb).unwrap());
-        let want = reference::matmul(&x, &dequantize(ty, &bytes, rows * cols).unwrap(), cols);
-        assert!(max_diff(&c.read(&yb, rows), &want) < 1e-4, "{ty}");
+        let want = reference::matmul(&x, &deq, cols);
+        assert!(max_diff(&c.read(&yb, rows), &want) < 1e-4, "{ty:?}");
     }
 }

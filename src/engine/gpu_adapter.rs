@@ -47,12 +47,14 @@ fn matrix(
             format: GpuFormat::F16,
             qs: f16_words(&data),
             scales: vec![0],
+            lut_rows: 0,
         }
     } else {
         Packed {
             format: GpuFormat::F32,
             qs: data.iter().map(|v| v.to_bits()).collect(),
             scales: vec![0],
+            lut_rows: 0,
         }
     };
     GpuMatrix::from_packed(gpu, name, packed, rows, cols)

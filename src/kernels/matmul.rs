@@ -13,6 +13,8 @@ pub struct GpuMatrix {
     pub format: GpuFormat,
     pub rows: usize,
     pub cols: usize,
+    /// Rows sharing one table (palettized formats; 0 otherwise).
+    pub lut_rows: usize,
     pub parts: Vec<Part>,
 }
 
@@ -59,12 +61,18 @@ impl GpuMatrix {
     ) -> Result<GpuMatrix> {
         let blocks_per_row = cols / 32;
         let row_words = blocks_per_row * p.format.qs_words_per_block();
-        let max_rows = ((max_bytes / 4) as usize / row_words).max(2);
-        // Parts start on an even row so f16 scales (two per word) split cleanly.
+        // Parts start on an even row so f16 scales (two per word) split cleanly, and on
+        // a table boundary for palettes.
+        let align = if p.format.is_palette() {
+            2 * p.lut_rows.max(1)
+        } else {
+            2
+        };
+        let max_rows = ((max_bytes / 4) as usize / row_words).max(align);
         let per_part = if max_rows >= rows {
             rows
         } else {
-            max_rows & !1
+            max_rows / align * align
         };
         let mut parts = Vec::new();
         for row0 in (0..rows).step_by(per_part.max(1)) {
@@ -73,6 +81,10 @@ impl GpuMatrix {
             let scales = match p.format {
                 GpuFormat::F32 | GpuFormat::F16 => &p.scales[..],
                 GpuFormat::Q4_1 => &p.scales[row0 * blocks_per_row..(row0 + n) * blocks_per_row],
+                GpuFormat::Pal4 | GpuFormat::Pal2 => {
+                    let (lr, lw) = (p.lut_rows.max(1), p.format.lut_words());
+                    &p.scales[row0 / lr * lw..(row0 + n).div_ceil(lr) * lw]
+                }
                 _ => {
                     let (a, b) = (
                         row0 * blocks_per_row / 2,
@@ -92,6 +104,7 @@ impl GpuMatrix {
             format: p.format,
             rows,
             cols,
+            lut_rows: p.lut_rows,
             parts,
         })
     }
@@ -136,6 +149,7 @@ pub fn gemv(
             shader,
             &[
                 ("FORMAT", m.format as u32 as f64),
+                ("LUT_ROWS", m.lut_rows.max(1) as f64),
                 ("K", m.cols as f64),
                 ("N", p.rows as f64),
                 ("Y_OFFSET", (io.y_offset + p.row0) as f64),
@@ -172,6 +186,7 @@ pub fn naive(
             Shader::MatmulNaive,
             &[
                 ("FORMAT", m.format as u32 as f64),
+                ("LUT_ROWS", m.lut_rows.max(1) as f64),
                 ("K", m.cols as f64),
                 ("N", p.rows as f64),
             ],
@@ -187,9 +202,10 @@ pub fn naive(
 }
 
 /// The override constants both GEMM kernels take, for one part of `m`.
-fn gemm_constants(m: &GpuMatrix, p: &Part, io: &Io) -> [(&'static str, f64); 7] {
+fn gemm_constants(m: &GpuMatrix, p: &Part, io: &Io) -> [(&'static str, f64); 8] {
     [
         ("FORMAT", m.format as u32 as f64),
+        ("LUT_ROWS", m.lut_rows.max(1) as f64),
         ("K", m.cols as f64),
         ("N", p.rows as f64),
         ("X_STRIDE", io.x_stride as f64),
@@ -271,6 +287,7 @@ pub fn embed(
             Shader::Embed,
             &[
                 ("FORMAT", table.format as u32 as f64),
+                ("LUT_ROWS", table.lut_rows.max(1) as f64),
                 ("HIDDEN", table.cols as f64),
                 ("ROW0", p.row0 as f64),
                 ("ROWS", p.rows as f64),

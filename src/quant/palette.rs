@@ -1,7 +1,10 @@
 //! Palettization, after AFM: each weight becomes an index into a small lookup table
 //! (16 entries for 4 bits, 4 for 2 bits) found by k-means over a group of output rows
-//! that share the table. CPU only for now: the converter and the GPU kernels build on it.
+//! that share the table. The converter (`crate::convert`) writes palettized matrices as
+//! two GGUF tensors, `<name>.pidx` (indices packed into u32 words, the layout the GPU
+//! kernels read) and `<name>.plut` (the f16 tables); `weights.wgsl` decodes them.
 
+use crate::error::{Error, Result};
 use half::f16;
 use rayon::prelude::*;
 
@@ -38,6 +41,84 @@ impl Palettized {
     pub fn mse(&self, w: &[f32]) -> f64 {
         mse(w, &self.dequantize())
     }
+
+    /// Tables: one per `rows_per_lut` rows, the last one possibly for fewer rows.
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(self.rows_per_lut)
+    }
+
+    /// Indices packed into words, row by row (`row_words(bits, cols)` words a row):
+    /// word i of a row holds values i·(32/bits) on, value j at bits j·bits.
+    pub fn pack_indices(&self) -> Vec<u32> {
+        let per_word = 32 / self.bits as usize;
+        self.indices
+            .chunks(per_word)
+            .map(|vals| {
+                vals.iter()
+                    .enumerate()
+                    .fold(0u32, |w, (j, &q)| w | (q as u32) << (j as u32 * self.bits))
+            })
+            .collect()
+    }
+
+    /// The tables as f16 pairs, two entries a word (the GPU's `w_scales`).
+    pub fn lut_words(&self) -> Vec<u32> {
+        self.luts
+            .chunks(2)
+            .map(|p| p[0].to_bits() as u32 | (p[1].to_bits() as u32) << 16)
+            .collect()
+    }
+
+    /// Rebuilds a matrix from its GGUF tensors: packed index words and f16 tables.
+    pub fn from_gguf(
+        bits: u32,
+        (rows, cols): (usize, usize),
+        rows_per_lut: usize,
+        idx: &[u8],
+        lut: &[u8],
+    ) -> Result<Palettized> {
+        let k = 1usize << bits;
+        let groups = rows.div_ceil(rows_per_lut.max(1));
+        if idx.len() != rows * row_words(bits, cols) * 4 || lut.len() != groups * k * 2 {
+            return Err(Error::gguf(format!(
+                "palettized {rows}x{cols} at {bits} bits: {} index bytes and {} table bytes do not fit",
+                idx.len(),
+                lut.len()
+            )));
+        }
+        let per_word = 32 / bits as usize;
+        let mask = (1u32 << bits) - 1;
+        let indices = idx
+            .chunks_exact(4)
+            .flat_map(|b| {
+                let w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                (0..per_word).map(move |j| ((w >> (j as u32 * bits)) & mask) as u8)
+            })
+            .collect();
+        let luts = lut
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        Ok(Palettized {
+            bits,
+            rows,
+            cols,
+            rows_per_lut,
+            indices,
+            luts,
+        })
+    }
+}
+
+/// Words of packed indices per row (`cols` is a multiple of 32).
+pub fn row_words(bits: u32, cols: usize) -> usize {
+    cols * bits as usize / 32
+}
+
+/// Bits per weight of a palettized matrix, its tables included.
+pub fn bits_per_weight(bits: u32, rows: usize, cols: usize, rows_per_lut: usize) -> f64 {
+    let tables = rows.div_ceil(rows_per_lut.max(1)) * (1 << bits) * 16;
+    bits as f64 + tables as f64 / (rows * cols) as f64
 }
 
 pub fn mse(a: &[f32], b: &[f32]) -> f64 {
@@ -48,45 +129,55 @@ pub fn mse(a: &[f32], b: &[f32]) -> f64 {
         / a.len().max(1) as f64
 }
 
-/// k-means with k-means++ seeding (deterministic for a seed) and Lloyd iterations.
-/// Returns the centroids, sorted.
-pub fn kmeans(values: &[f32], k: usize, iterations: usize, seed: u64) -> Vec<f32> {
+/// k-means with k-means++ seeding (deterministic for a seed) and Lloyd iterations,
+/// each value counted with its weight (`None`: all equal). Returns the centroids, sorted.
+pub fn kmeans(
+    values: &[f32],
+    weights: Option<&[f32]>,
+    k: usize,
+    iterations: usize,
+    seed: u64,
+) -> Vec<f32> {
+    let weight = |i: usize| weights.map_or(1.0, |w| w[i] as f64);
     let mut rng = crate::sampler::Rng::new(seed);
     let mut centroids = vec![values[(rng.next_u64() % values.len() as u64) as usize]];
-    let mut d2: Vec<f32> = values.iter().map(|v| (v - centroids[0]).powi(2)).collect();
+    let mut d2: Vec<f64> = (0..values.len())
+        .map(|i| weight(i) * ((values[i] - centroids[0]) as f64).powi(2))
+        .collect();
     while centroids.len() < k {
-        let total: f64 = d2.iter().map(|&d| d as f64).sum();
-        if total == 0.0 {
+        let total: f64 = d2.iter().sum();
+        if total <= 0.0 {
             break; // fewer distinct values than entries
         }
         let mut r = rng.next_f32() as f64 * total;
         let mut pick = values.len() - 1;
         for (i, &d) in d2.iter().enumerate() {
-            r -= d as f64;
-            if r <= 0.0 {
+            r -= d;
+            if r <= 0.0 && d > 0.0 {
                 pick = i;
                 break;
             }
         }
         let c = values[pick];
         centroids.push(c);
-        d2.iter_mut()
-            .zip(values)
-            .for_each(|(d, v)| *d = d.min((v - c).powi(2)));
+        for (i, d) in d2.iter_mut().enumerate() {
+            *d = d.min(weight(i) * ((values[i] - c) as f64).powi(2));
+        }
     }
     centroids.sort_by(f32::total_cmp);
+    centroids.dedup();
     for _ in 0..iterations {
         let mut sum = vec![0f64; centroids.len()];
-        let mut count = vec![0usize; centroids.len()];
-        for &v in values {
+        let mut mass = vec![0f64; centroids.len()];
+        for (i, &v) in values.iter().enumerate() {
             let j = nearest(&centroids, v);
-            sum[j] += v as f64;
-            count[j] += 1;
+            sum[j] += weight(i) * v as f64;
+            mass[j] += weight(i);
         }
         let mut moved = false;
         for j in 0..centroids.len() {
-            if count[j] > 0 {
-                let c = (sum[j] / count[j] as f64) as f32;
+            if mass[j] > 0.0 {
+                let c = (sum[j] / mass[j]) as f32;
                 moved |= c != centroids[j];
                 centroids[j] = c;
             }
@@ -121,6 +212,21 @@ pub fn palettize(
     rows_per_lut: usize,
     seed: u64,
 ) -> Palettized {
+    palettize_weighted(w, rows, cols, bits, rows_per_lut, seed, None)
+}
+
+/// As `palettize`, with k-means weighting each weight by the importance of its input
+/// column (`cols` values, e.g. the mean square of that input on calibration text), so
+/// the tables fit best where errors cost most.
+pub fn palettize_weighted(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    bits: u32,
+    rows_per_lut: usize,
+    seed: u64,
+    importance: Option<&[f32]>,
+) -> Palettized {
     assert!(bits == 2 || bits == 4, "palettes are 2- or 4-bit");
     let k = 1usize << bits;
     let rows_per_lut = rows_per_lut.clamp(1, rows.max(1));
@@ -128,7 +234,9 @@ pub fn palettize(
         .par_chunks(rows_per_lut * cols)
         .enumerate()
         .map(|(g, chunk)| {
-            let lut: Vec<f16> = kmeans(chunk, k, 25, seed ^ g as u64)
+            let weights: Option<Vec<f32>> =
+                importance.map(|imp| imp.iter().copied().cycle().take(chunk.len()).collect());
+            let lut: Vec<f16> = kmeans(chunk, weights.as_deref(), k, 25, seed ^ g as u64)
                 .iter()
                 .map(|&c| f16::from_f32(c))
                 .collect();
@@ -214,6 +322,51 @@ mod tests {
                 assert!(((d - w[i]).abs() - best).abs() < 1e-6);
             }
         }
+    }
+
+    #[test]
+    fn packed_words_and_tables_round_trip_through_gguf_bytes() {
+        for bits in [2, 4] {
+            let (rows, cols) = (21, 64);
+            let p = palettize(&weights(rows * cols, 3), rows, cols, bits, 8, 1);
+            let words = p.pack_indices();
+            assert_eq!(words.len(), rows * row_words(bits, cols));
+            let idx: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let lut: Vec<u8> = p.luts.iter().flat_map(|h| h.to_le_bytes()).collect();
+            assert_eq!(
+                Palettized::from_gguf(bits, (rows, cols), 8, &idx, &lut).unwrap(),
+                p
+            );
+            assert!(Palettized::from_gguf(bits, (rows, cols), 8, &idx[4..], &lut).is_err());
+            assert!(Palettized::from_gguf(bits, (rows, cols), 16, &idx, &lut).is_err());
+        }
+    }
+
+    #[test]
+    fn importance_weighting_favours_the_important_columns() {
+        let (rows, cols) = (16, 64);
+        // The unimportant columns are wide: unweighted tables spend entries on them.
+        let mut w = weights(rows * cols, 4);
+        w.iter_mut()
+            .enumerate()
+            .filter(|(i, _)| i % cols >= 8)
+            .for_each(|(_, v)| *v = *v * 4.0 + 0.3);
+        let mut imp = vec![0.01f32; cols];
+        imp[..8].iter_mut().for_each(|v| *v = 100.0);
+        let err = |p: &Palettized| {
+            let d = p.dequantize();
+            (0..rows * cols)
+                .map(|i| imp[i % cols] as f64 * ((d[i] - w[i]) as f64).powi(2))
+                .sum::<f64>()
+        };
+        let plain = palettize(&w, rows, cols, 2, 16, 1);
+        let weighted = palettize_weighted(&w, rows, cols, 2, 16, 1, Some(&imp));
+        assert!(
+            err(&weighted) < err(&plain) * 0.7,
+            "{} vs {}",
+            err(&weighted),
+            err(&plain)
+        );
     }
 
     #[test]
