@@ -63,14 +63,32 @@ fn load_lut(row: u32) {
     }
 }
 
+// Table entries for four indices by a tree of selects on the index bits: no dynamic
+// indexing, which software adapters turn into per-lane gathers.
+fn pick(q: vec4<u32>) -> vec4<f32> {
+    let b0 = (q & vec4<u32>(1u)) != vec4<u32>(0u);
+    let b1 = (q & vec4<u32>(2u)) != vec4<u32>(0u);
+    let lo = select(select(vec4<f32>(lut[0]), vec4<f32>(lut[1]), b0),
+                    select(vec4<f32>(lut[2]), vec4<f32>(lut[3]), b0), b1);
+    if FORMAT == 6u {
+        return lo;
+    }
+    let m1 = select(select(vec4<f32>(lut[4]), vec4<f32>(lut[5]), b0),
+                    select(vec4<f32>(lut[6]), vec4<f32>(lut[7]), b0), b1);
+    let m2 = select(select(vec4<f32>(lut[8]), vec4<f32>(lut[9]), b0),
+                    select(vec4<f32>(lut[10]), vec4<f32>(lut[11]), b0), b1);
+    let hi = select(select(vec4<f32>(lut[12]), vec4<f32>(lut[13]), b0),
+                    select(vec4<f32>(lut[14]), vec4<f32>(lut[15]), b0), b1);
+    let b2 = (q & vec4<u32>(4u)) != vec4<u32>(0u);
+    let b3 = (q & vec4<u32>(8u)) != vec4<u32>(0u);
+    return select(select(lo, m1, b2), select(m2, hi, b2), b3);
+}
+
 // Eight table entries: indices of `width` bits from `w`, starting at bit `shift`.
 fn lut8(w: u32, shift: u32, width: u32) -> W8 {
-    let m = (1u << width) - 1u;
-    var v: array<f32, 8>;
-    for (var j = 0u; j < 8u; j++) {
-        v[j] = lut[(w >> (shift + j * width)) & m];
-    }
-    return W8(vec4<f32>(v[0], v[1], v[2], v[3]), vec4<f32>(v[4], v[5], v[6], v[7]));
+    let m = vec4<u32>((1u << width) - 1u);
+    let s = vec4<u32>(0u, 1u, 2u, 3u) * width + shift;
+    return W8(pick((vec4<u32>(w) >> s) & m), pick((vec4<u32>(w) >> (s + 4u * width)) & m));
 }
 
 // Values part*8 .. part*8+7 of block `b` of row `row` (rows of `nb` blocks; part 0..3).

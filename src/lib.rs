@@ -2,6 +2,8 @@
 //! See `DESIGN.md` in the shared folder for the map of modules.
 
 pub mod adapters;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod gguf;

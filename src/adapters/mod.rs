@@ -69,9 +69,15 @@ pub fn module_shape(c: &Config, m: usize) -> (usize, usize) {
 /// GGUF llama files store Q and K rows permuted for adjacent-pair RoPE (as llama.cpp's
 /// converter does): row (h, j, i) of Hugging Face's layout is row (h, i, j) here.
 /// An adapter's B for q_proj/k_proj needs the same permutation.
-pub fn permute_rows(b: &[f32], rank: usize, heads: usize, head_dim: usize) -> Vec<f32> {
+/// Generic over the element so raw tensor bytes permute too (`rank` = bytes a row).
+pub fn permute_rows<T: Copy + Default>(
+    b: &[T],
+    rank: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Vec<T> {
     let half = head_dim / 2;
-    let mut out = vec![0f32; b.len()];
+    let mut out = vec![T::default(); b.len()];
     for h in 0..heads {
         for i in 0..half {
             for j in 0..2 {

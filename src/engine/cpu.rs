@@ -30,6 +30,14 @@ impl Backend for CpuSession<'_> {
     fn tokens(&self) -> &[u32] {
         &self.tokens
     }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let logits = self.model.forward(&mut self.cache, tokens, true)?;
+        self.tokens.extend_from_slice(tokens);
+        let vocab = self.model.config.vocab_size;
+        Ok(super::perplexity::log_probs_from_logits(
+            &logits, tokens, vocab,
+        ))
+    }
     fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
         self.cache.truncate(len, self.model.config.kv_dim());

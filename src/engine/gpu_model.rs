@@ -7,9 +7,9 @@ use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::{attention, Kernels};
 use crate::model::reference::rope_freqs;
-use crate::model::weights::{find, global_specs, layer_specs, TensorSpec};
+use crate::model::weights::{global_specs, layer_specs, locate, Stored, TensorSpec};
 use crate::model::Config;
-use crate::quant;
+use crate::quant::{self, gpu_layout};
 use std::collections::HashMap;
 use std::io::Read;
 
@@ -49,17 +49,36 @@ enum Uploaded {
 /// Loading progress: bytes of the file read so far, and its size (0 when unknown).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
-/// The tensors the model needs, each checked present with its shape before any upload.
-fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, TensorSpec>> {
+/// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
+#[derive(Clone, Debug)]
+enum Role {
+    Whole(TensorSpec),
+    Indices(TensorSpec, u32, usize),
+    Tables(TensorSpec),
+}
+
+/// The tensors the model needs, by GGUF name, each checked present with its shape
+/// before any upload.
+fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
     let all = global_specs(config)
         .into_iter()
         .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
-    let mut specs = HashMap::new();
+    let mut roles = HashMap::new();
     for s in all {
-        find(gguf, &s)?;
-        specs.insert(s.name.clone(), s);
+        match locate(gguf, &s)? {
+            Stored::Plain(t) => roles.insert(t.name.clone(), Role::Whole(s)),
+            Stored::Palette {
+                idx,
+                lut,
+                bits,
+                rows_per_lut,
+            } => {
+                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
+                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut))
+            }
+        };
     }
-    Ok(specs)
+    Ok(roles)
 }
 
 fn upload(gpu: &Gpu, t: &TensorInfo, s: &TensorSpec, bytes: &[u8]) -> Result<Uploaded> {
@@ -71,6 +90,43 @@ fn upload(gpu: &Gpu, t: &TensorInfo, s: &TensorSpec, bytes: &[u8]) -> Result<Upl
             gpu, &t.name, t.ty, bytes, s.rows, s.cols,
         )?)
     })
+}
+
+/// Halves of palettized weights waiting for their other half, by weight name.
+#[derive(Default)]
+struct Palettes {
+    indices: HashMap<String, (Vec<u8>, u32, usize)>,
+    tables: HashMap<String, Vec<u8>>,
+}
+
+impl Palettes {
+    /// Takes one half; uploads the weight once both have arrived.
+    fn add(
+        &mut self,
+        gpu: &Gpu,
+        role: &Role,
+        bytes: Vec<u8>,
+    ) -> Result<Option<(String, Uploaded)>> {
+        let s = match role {
+            Role::Indices(s, bits, rows) => {
+                self.indices.insert(s.name.clone(), (bytes, *bits, *rows));
+                s
+            }
+            Role::Tables(s) => {
+                self.tables.insert(s.name.clone(), bytes);
+                s
+            }
+            Role::Whole(_) => return Ok(None),
+        };
+        if !(self.indices.contains_key(&s.name) && self.tables.contains_key(&s.name)) {
+            return Ok(None);
+        }
+        let (idx, bits, rows_per_lut) = self.indices.remove(&s.name).unwrap_or_default();
+        let lut = self.tables.remove(&s.name).unwrap_or_default();
+        let packed = gpu_layout::pack_palette_bytes(bits, rows_per_lut, &idx, &lut)?;
+        let m = GpuMatrix::from_packed(gpu, &s.name, packed, s.rows, s.cols)?;
+        Ok(Some((s.name.clone(), Uploaded::Matrix(m))))
+    }
 }
 
 /// Where model bytes come from, front to back: a file, a download, a `Blob`.
@@ -185,20 +241,29 @@ impl GpuModel {
         };
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
-        let specs = needed(&gguf, &config)?;
+        let roles = needed(&gguf, &config)?;
         let mut order: Vec<&crate::gguf::TensorInfo> = gguf
             .tensors
             .iter()
-            .filter(|t| specs.contains_key(&t.name))
+            .filter(|t| roles.contains_key(&t.name))
             .collect();
         order.sort_by_key(|t| t.offset);
         let mut up: HashMap<String, Uploaded> = HashMap::new();
+        let mut palettes = Palettes::default();
         for t in order {
-            let s = &specs[&t.name];
             let bytes = w
                 .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
                 .await?;
-            up.insert(t.name.clone(), upload(&gpu, t, s, &bytes)?);
+            match &roles[&t.name] {
+                Role::Whole(s) => {
+                    up.insert(t.name.clone(), upload(&gpu, t, s, &bytes)?);
+                }
+                role => {
+                    if let Some((name, m)) = palettes.add(&gpu, role, bytes)? {
+                        up.insert(name, m);
+                    }
+                }
+            }
             gpu.take_error()?;
             progress(w.read, total.unwrap_or(0));
         }

@@ -312,6 +312,23 @@ impl GpuSession {
         tokens: &[u32],
         want: Want<'_>,
     ) -> Result<Logits> {
+        self.check(m, tokens)?;
+        let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            let out = self
+                .run_chunk(m, adapter, chunk, if last { Some(&want) } else { None })
+                .await?;
+            self.tokens.extend_from_slice(chunk);
+            if let Some(l) = out {
+                return Ok(l);
+            }
+        }
+        Err(Error::invalid("no tokens to run"))
+    }
+
+    /// Tokens that may run next: in the vocabulary, within the context, on a live device.
+    fn check(&self, m: &GpuModel, tokens: &[u32]) -> Result<()> {
         let c = &m.config;
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
@@ -330,19 +347,75 @@ impl GpuSession {
                 self.tokens.len()
             )));
         }
-        m.gpu.check_lost()?;
-        let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let last = i + 1 == chunks.len();
-            let out = self
-                .run_chunk(m, adapter, chunk, if last { Some(&want) } else { None })
-                .await?;
-            self.tokens.extend_from_slice(chunk);
-            if let Some(l) = out {
-                return Ok(l);
+        m.gpu.check_lost()
+    }
+
+    /// Runs `tokens` and scores each next one: the final norm and the head over every
+    /// position of a chunk (a GEMM), read back chunk by chunk.
+    async fn log_probs(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        self.check(m, tokens)?;
+        let (g, c, chunk) = (&m.gpu, &m.config, self.opts.chunk);
+        let row_bytes = c.vocab_size as u64 * 4;
+        let scores = g.storage("scores", chunk as u64 * row_bytes)?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for (ci, part) in tokens.chunks(chunk).enumerate() {
+            let (n, pos0) = (part.len(), self.tokens.len());
+            g.queue
+                .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(part));
+            g.queue
+                .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+            let mut enc = g.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                self.encode_layers(m, adapter, &mut pass, n, pos0)?;
+                let (k, b) = (&m.kernels, &self.b);
+                elementwise::rmsnorm(
+                    k,
+                    &mut pass,
+                    &b.step,
+                    &m.output_norm,
+                    &b.x,
+                    &b.h,
+                    c.hidden,
+                    c.rms_eps,
+                    n,
+                    false,
+                )?;
+                let io = Io {
+                    x: &b.h,
+                    x_stride: c.hidden,
+                    y: &scores,
+                    y_stride: c.vocab_size,
+                    y_offset: 0,
+                    accumulate: false,
+                };
+                matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
             }
+            let staging = g.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("scores readback"),
+                size: n as u64 * row_bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            enc.copy_buffer_to_buffer(&scores, 0, &staging, 0, n as u64 * row_bytes);
+            g.queue.submit([enc.finish()]);
+            let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&g.map_read(&staging).await?);
+            self.tokens.extend_from_slice(part);
+            let start = ci * chunk;
+            let next = &tokens[start + 1..(start + n + 1).min(tokens.len())];
+            out.extend(
+                logits
+                    .chunks_exact(c.vocab_size)
+                    .zip(next)
+                    .map(|(row, &t)| super::perplexity::log_prob(row, t)),
+            );
         }
-        Err(Error::invalid("no tokens to run"))
+        Ok(out)
     }
 
     async fn run_chunk(
@@ -442,6 +515,11 @@ impl<'a> GpuBackend<'a> {
 }
 
 impl Backend for GpuBackend<'_> {
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.session
+            .log_probs(self.model, self.adapter, tokens)
+            .await
+    }
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
         self.session
             .run(self.model, self.adapter, tokens, want)

@@ -5,6 +5,7 @@ mod cpu;
 mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
+pub mod perplexity;
 mod stop;
 
 pub use cpu::CpuSession;
@@ -62,6 +63,9 @@ pub trait Backend {
     fn tokens(&self) -> &[u32];
     /// Forgets cached tokens from `len` on.
     fn truncate(&mut self, len: usize);
+    /// Runs `tokens` after the cache and returns, for each but the last, the
+    /// log-probability of the token that follows it (for perplexity).
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
     fn context_length(&self) -> usize;
 }
 

@@ -5,6 +5,7 @@ use super::config::{Config, RopeStyle};
 use super::weights::{Layer, Weights};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Keys and values of every position seen so far, per layer, `[pos][kv_dim]` flattened.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,22 @@ impl KvCache {
         }
     }
 }
+
+/// The inputs of a layer's matmuls: q/k/v share one, gate/up another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Site {
+    /// The normed input of q, k and v.
+    Attention,
+    /// The attention output, input of `attn_output`.
+    AttentionOutput,
+    /// The normed input of gate and up.
+    Ffn,
+    /// The SwiGLU output, input of `ffn_down`.
+    FfnDown,
+}
+
+/// Sees each site's input: `(layer, site, [tokens][width])`.
+pub type Observer<'a> = &'a mut dyn FnMut(usize, Site, &[f32]);
 
 pub struct Reference {
     pub config: Config,
@@ -62,23 +79,48 @@ impl Reference {
             )));
         }
         let mut x = embed(&self.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
-        for (l, layer) in self.weights.layers.iter().enumerate() {
-            self.attention_block(layer, &mut x, cache, l);
-            self.ffn_block(layer, &mut x);
-        }
+        self.layers(0..c.n_layers, &mut x, cache, &mut |_, _, _| {});
         cache.len += tokens.len();
-        let last = if all_logits {
-            &x[..]
-        } else {
-            &x[(tokens.len() - 1) * c.hidden..]
-        };
-        let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
-        Ok(matmul(&h, self.weights.head(), c.hidden))
+        Ok(self.logits(&x, all_logits))
     }
 
-    fn attention_block(&self, w: &Layer, x: &mut [f32], cache: &mut KvCache, l: usize) {
+    /// Runs the hidden states `x` through `layers`, calling `observe(layer,
+    /// site, input)` with the input of each matmul site (calibration statistics). The
+    /// caller advances `cache.len` afterwards.
+    pub fn layers(
+        &self,
+        layers: Range<usize>,
+        x: &mut [f32],
+        cache: &mut KvCache,
+        observe: Observer,
+    ) {
+        for l in layers {
+            let layer = &self.weights.layers[l];
+            self.attention_block(layer, x, cache, l, observe);
+            self.ffn_block(layer, x, l, observe);
+        }
+    }
+
+    /// The output head over the final hidden states: every position's logits, or the
+    /// last one's.
+    pub fn logits(&self, x: &[f32], all: bool) -> Vec<f32> {
+        let c = &self.config;
+        let last = if all { x } else { &x[x.len() - c.hidden..] };
+        let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
+        matmul(&h, self.weights.head(), c.hidden)
+    }
+
+    fn attention_block(
+        &self,
+        w: &Layer,
+        x: &mut [f32],
+        cache: &mut KvCache,
+        l: usize,
+        observe: Observer,
+    ) {
         let c = &self.config;
         let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
+        observe(l, Site::Attention, &h);
         let mut q = matmul(&h, &w.wq, c.hidden);
         let mut k = matmul(&h, &w.wk, c.hidden);
         let v = matmul(&h, &w.wv, c.hidden);
@@ -112,15 +154,19 @@ impl Reference {
         };
         let kv_len = cache.k[l].len() / c.kv_dim();
         let o = attention(&q, &cache.k[l], &cache.v[l], kv_len, shape);
+        observe(l, Site::AttentionOutput, &o);
         add_in_place(x, &matmul(&o, &w.wo, c.q_dim()));
     }
 
-    fn ffn_block(&self, w: &Layer, x: &mut [f32]) {
+    fn ffn_block(&self, w: &Layer, x: &mut [f32], l: usize, observe: Observer) {
         let c = &self.config;
         let h = rmsnorm(x, &w.ffn_norm, c.rms_eps);
+        observe(l, Site::Ffn, &h);
         let gate = matmul(&h, &w.w_gate, c.hidden);
         let up = matmul(&h, &w.w_up, c.hidden);
-        add_in_place(x, &matmul(&swiglu(&gate, &up), &w.w_down, c.ffn_dim));
+        let mid = swiglu(&gate, &up);
+        observe(l, Site::FfnDown, &mid);
+        add_in_place(x, &matmul(&mid, &w.w_down, c.ffn_dim));
     }
 }
 

@@ -3,7 +3,9 @@
 
 use super::config::Config;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
+use crate::quant::palette::{self, Palettized};
+use crate::quant::GgmlType;
 use std::io::{Read, Seek};
 
 /// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`);
@@ -55,6 +57,97 @@ pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
     v
 }
 
+/// The metadata key of a palettized file's rows per table (see `crate::convert`).
+pub const ROWS_PER_LUT_KEY: &str = "pippin.palette.rows_per_lut";
+
+/// How a weight is stored: one GGUF tensor, or a palette (`<name>.pidx` packed
+/// indices + `<name>.plut` f16 tables) written by `pippin convert`.
+#[derive(Clone, Copy, Debug)]
+pub enum Stored<'a> {
+    Plain(&'a TensorInfo),
+    Palette {
+        idx: &'a TensorInfo,
+        lut: &'a TensorInfo,
+        bits: u32,
+        rows_per_lut: usize,
+    },
+}
+
+impl Stored<'_> {
+    /// Reads and dequantizes the weight to f32 (the CPU reference's view).
+    pub fn read_f32<R: Read + Seek>(
+        &self,
+        g: &Gguf,
+        r: &mut R,
+        s: &TensorSpec,
+    ) -> Result<Vec<f32>> {
+        match *self {
+            Stored::Plain(t) => g.read_f32(r, t),
+            Stored::Palette {
+                idx,
+                lut,
+                bits,
+                rows_per_lut,
+            } => {
+                let (i, l) = (g.read_tensor(r, idx)?, g.read_tensor(r, lut)?);
+                Ok(
+                    Palettized::from_gguf(bits, (s.rows, s.cols), rows_per_lut, &i, &l)?
+                        .dequantize(),
+                )
+            }
+        }
+    }
+}
+
+/// Finds a weight, plain or palettized, and checks its shape.
+pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
+    if g.tensor(&s.name).is_some() || s.rows == 1 {
+        return find(g, s).map(Stored::Plain);
+    }
+    let (pidx, plut) = (format!("{}.pidx", s.name), format!("{}.plut", s.name));
+    let (Some(idx), Some(lut)) = (g.tensor(&pidx), g.tensor(&plut)) else {
+        return Err(Error::gguf(format!("tensor {} is missing", s.name)));
+    };
+    let rows_per_lut = g
+        .metadata
+        .u64(ROWS_PER_LUT_KEY)
+        .filter(|&r| r > 0)
+        .ok_or_else(|| {
+            Error::gguf(format!(
+                "{pidx} is palettized but {ROWS_PER_LUT_KEY} is missing"
+            ))
+        })? as usize;
+    let bits = match lut.dims.first() {
+        Some(16) => 4,
+        Some(4) => 2,
+        _ => {
+            return Err(Error::gguf(format!(
+                "{plut}: tables of {:?} entries (expected 4 or 16)",
+                lut.dims
+            )))
+        }
+    };
+    let want_idx = [palette::row_words(bits, s.cols) as u64, s.rows as u64];
+    let want_lut = [1u64 << bits, s.rows.div_ceil(rows_per_lut) as u64];
+    if idx.ty != GgmlType::I32
+        || idx.dims != want_idx
+        || lut.ty != GgmlType::F16
+        || lut.dims != want_lut
+        || !s.cols.is_multiple_of(32)
+    {
+        return Err(Error::gguf(format!(
+            "palettized {}: {pidx} is {} {:?} and {plut} {} {:?}; expected I32 {want_idx:?} and F16 {want_lut:?}",
+            s.name, idx.ty, idx.dims, lut.ty, lut.dims
+        )));
+    }
+    Ok(Stored::Palette {
+        idx,
+        lut,
+        bits,
+        rows_per_lut,
+    })
+}
+
 /// Finds a tensor and checks that its shape is the expected one.
 pub fn find<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<&'a crate::gguf::TensorInfo> {
     let t = g
@@ -96,7 +189,14 @@ pub struct Weights {
 
 impl Weights {
     pub fn load<R: Read + Seek>(g: &Gguf, c: &Config, r: &mut R) -> Result<Weights> {
-        let mut read = |s: &TensorSpec| g.read_f32(r, find(g, s)?);
+        Self::build(c, |s| locate(g, s)?.read_f32(g, r, s))
+    }
+
+    /// Assembles the weights from `read`, which gives each spec's values (row-major).
+    pub fn build(
+        c: &Config,
+        mut read: impl FnMut(&TensorSpec) -> Result<Vec<f32>>,
+    ) -> Result<Weights> {
         // global_specs order: embedding, final norm, [output], [rope_freqs].
         let globals = global_specs(c)
             .iter()

@@ -42,8 +42,14 @@ fn tk_err(e: impl std::fmt::Display) -> Error {
 }
 
 impl Tokenizer {
-    /// The tokenizer a GGUF file carries in its metadata.
+    /// The tokenizer a GGUF file carries in its metadata: llama.cpp's vocabulary keys,
+    /// or a whole `tokenizer.huggingface.json` (files converted from Hugging Face).
     pub fn from_gguf(md: &Metadata) -> Result<Tokenizer> {
+        if md.get("tokenizer.ggml.tokens").is_none() {
+            if let Some(json) = md.str("tokenizer.huggingface.json") {
+                return Self::from_json(json.as_bytes(), md);
+            }
+        }
         let (json, ids) = from_gguf::tokenizer_json(md)?;
         let tk = tokenizers::Tokenizer::from_bytes(json.to_string()).map_err(tk_err)?;
         Self::new(tk, ids, md)

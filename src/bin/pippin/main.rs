@@ -1,6 +1,8 @@
-//! The native command line: `pippin generate`, `pippin info`.
+//! The native command line: `pippin generate`, `bench`, `convert`, `perplexity`,
+//! `make-adapter`, `info`.
 
 mod bench;
+mod quality;
 
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::{
@@ -69,6 +71,10 @@ enum Cmd {
         #[arg(long)]
         zero_b: bool,
     },
+    /// Palettize a model (AFM-style 2/4-bit lookup tables) into a new GGUF.
+    Convert(quality::ConvertArgs),
+    /// Token-level perplexity of a model over a text (sliding window).
+    Perplexity(quality::PerplexityArgs),
     /// Print a model's configuration, metadata and tensor table.
     Info {
         /// A GGUF file.
@@ -125,6 +131,8 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Generate(a) => generate(a),
         Cmd::Info { model } => info(&model),
+        Cmd::Convert(a) => quality::convert_cmd(a),
+        Cmd::Perplexity(a) => quality::perplexity_cmd(a),
         Cmd::MakeAdapter {
             out,
             model,

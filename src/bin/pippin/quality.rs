@@ -1,0 +1,184 @@
+//! `pippin convert` (palettization) and `pippin perplexity` (what it costs).
+
+use clap::{Args, ValueEnum};
+use pippin::convert::{self, Bits, Embedding};
+use pippin::engine::perplexity::perplexity;
+use pippin::engine::{CpuSession, GpuAdapter, GpuBackend, GpuModel, GpuSession, SessionOptions};
+use pippin::gguf::Gguf;
+use pippin::gpu::{Caps, Gpu};
+use pippin::model::load_reference;
+use pippin::quant::kv::KvFormat;
+use pippin::tokenizer::Tokenizer;
+use pippin::{Error, Result};
+use std::path::{Path, PathBuf};
+use web_time::Instant;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum BitsArg {
+    #[value(name = "4")]
+    Four,
+    #[value(name = "2")]
+    Two,
+    Mixed,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum EmbeddingArg {
+    #[value(name = "q8_0")]
+    Q8_0,
+    F16,
+    Keep,
+}
+
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// A GGUF file, or a Hugging Face checkpoint folder (config.json, *.safetensors,
+    /// tokenizer.json).
+    input: PathBuf,
+    /// The palettized GGUF to write.
+    output: PathBuf,
+    /// 4, 2, or mixed (2 or 4 per matrix by sensitivity, to reach --target-bpw).
+    #[arg(long, value_enum, default_value = "mixed")]
+    bits: BitsArg,
+    /// Bits per weight of the palettized matrices for --bits mixed (tables included).
+    #[arg(long, default_value_t = 3.5)]
+    target_bpw: f64,
+    /// Output rows sharing one lookup table.
+    #[arg(long, default_value_t = 16)]
+    rows_per_lut: usize,
+    /// Storage of the embedding (and an untied output head).
+    #[arg(long, value_enum, default_value = "q8_0")]
+    embedding: EmbeddingArg,
+    /// Calibration text: importance-weighted k-means and (for mixed) sensitivities.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+    /// Calibration tokens used, from the start of the text.
+    #[arg(long, default_value_t = 128)]
+    calibration_tokens: usize,
+    #[arg(long, default_value_t = 0x9e3779b9)]
+    seed: u64,
+}
+
+pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
+    let calibration = match &a.calibration {
+        Some(p) => Some(read_text(p)?),
+        None => None,
+    };
+    let opts = convert::Options {
+        bits: match a.bits {
+            BitsArg::Four => Bits::Four,
+            BitsArg::Two => Bits::Two,
+            BitsArg::Mixed => Bits::Mixed,
+        },
+        target_bpw: a.target_bpw,
+        rows_per_lut: a.rows_per_lut,
+        embedding: match a.embedding {
+            EmbeddingArg::Q8_0 => Embedding::Q8_0,
+            EmbeddingArg::F16 => Embedding::F16,
+            EmbeddingArg::Keep => Embedding::Keep,
+        },
+        seed: a.seed,
+        calibration,
+        calibration_tokens: a.calibration_tokens,
+    };
+    let t0 = Instant::now();
+    convert::convert(&a.input, &a.output, &opts, &mut |m| {
+        eprintln!("convert: {m}")
+    })?;
+    eprintln!("convert: done in {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn read_text(p: &Path) -> Result<String> {
+    std::fs::read_to_string(p)
+        .map_err(|e| Error::invalid(format!("cannot read {}: {e}", p.display())))
+}
+
+#[derive(Args)]
+pub struct PerplexityArgs {
+    #[arg(long, default_value = super::DEFAULT_MODEL)]
+    model: PathBuf,
+    /// A UTF-8 text file (scripts/fetch-text puts some in texts/).
+    #[arg(long)]
+    text: PathBuf,
+    /// KV cache format on the GPU.
+    #[arg(long, default_value = "int8", value_parser = super::parse_kv)]
+    kv: KvFormat,
+    /// A PEFT LoRA adapter folder.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
+    /// Run the CPU reference (f32 KV) instead of the GPU.
+    #[arg(long)]
+    cpu: bool,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 512)]
+    window: usize,
+    /// Tokens a window advances (each token is scored once).
+    #[arg(long, default_value_t = 256)]
+    stride: usize,
+    /// Score only the first N tokens of the text (0 = all).
+    #[arg(long, default_value_t = 0)]
+    max_tokens: usize,
+}
+
+pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
+    let (g, _) = Gguf::open(&a.model)?;
+    let tk = Tokenizer::from_gguf(&g.metadata)?;
+    let mut tokens = tk.encode_prompt(&read_text(&a.text)?, false)?;
+    if a.max_tokens > 0 {
+        tokens.truncate(a.max_tokens);
+    }
+    let t0 = Instant::now();
+    let (p, engine) = if a.cpu {
+        if a.kv != KvFormat::Int8 && a.kv != KvFormat::F32 {
+            eprintln!(
+                "perplexity: --kv applies to the GPU; the CPU reference keeps f32 keys and values"
+            );
+        }
+        let (_, mut model) = load_reference(&a.model)?;
+        if let Some(dir) = &a.adapter {
+            let ad = super::read_adapter(dir, &model.config)?;
+            pippin::adapters::merge_into(&mut model.weights, &ad);
+        }
+        let mut s = CpuSession::new(&model);
+        (
+            pollster::block_on(perplexity(&mut s, &tokens, a.window, a.stride))?,
+            "CPU reference".to_string(),
+        )
+    } else {
+        let gpu = pollster::block_on(Gpu::new(Caps {
+            shader_f16: true,
+            subgroups: true,
+        }))?;
+        let name = format!("GPU {}, KV {:?}", gpu.adapter.name, a.kv);
+        let (model, _) = pollster::block_on(GpuModel::load_file(gpu, &a.model, &mut |_, _| {}))?;
+        let so = SessionOptions {
+            max_context: a.window,
+            kv: a.kv,
+            ..Default::default()
+        };
+        let mut session = GpuSession::new(&model, so)?;
+        let adapter = match &a.adapter {
+            Some(dir) => Some(GpuAdapter::upload(
+                &model.gpu,
+                &super::read_adapter(dir, &model.config)?,
+            )?),
+            None => None,
+        };
+        let mut b = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
+        (
+            pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,
+            name,
+        )
+    };
+    println!(
+        "perplexity {:.3} (mean NLL {:.4} nats over {} tokens; window {}, stride {}; {engine}; {:.1} s)",
+        p.perplexity,
+        p.nll,
+        p.tokens,
+        a.window,
+        a.stride,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

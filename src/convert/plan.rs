@@ -1,0 +1,212 @@
+//! Calibration and the mixed 2/4-bit plan. On a calibration text the CPU reference
+//! records (a) each matmul input's mean square per column, the diagonal importance the
+//! k-means is weighted by, and (b) the hidden states entering each layer, so that the
+//! sensitivity of one matrix (the KL divergence of the model's next-token
+//! distributions when only that matrix goes to 2 bits) costs a run of the layers from
+//! its own on, not of the whole model.
+
+use crate::error::{Error, Result};
+use crate::model::reference::{embed, KvCache, Reference, Site};
+use crate::model::weights::Layer;
+use crate::quant::palette::{bits_per_weight, palettize_weighted};
+use rayon::prelude::*;
+use std::collections::HashMap;
+
+/// The seven matrices of a layer, in `adapters::MODULES` order, with GGUF names.
+pub const MATRICES: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
+
+/// Which input a layer matrix reads.
+pub fn site(m: usize) -> Site {
+    match m {
+        0..=2 => Site::Attention,
+        3 => Site::AttentionOutput,
+        4 | 5 => Site::Ffn,
+        _ => Site::FfnDown,
+    }
+}
+
+/// A layer's matrix `m` (index into `MATRICES`).
+pub fn matrix(layer: &Layer, m: usize) -> &[f32] {
+    [
+        &layer.wq,
+        &layer.wk,
+        &layer.wv,
+        &layer.wo,
+        &layer.w_gate,
+        &layer.w_up,
+        &layer.w_down,
+    ][m.min(6)]
+}
+
+/// As `matrix`, to swap it.
+pub fn matrix_mut(layer: &mut Layer, m: usize) -> &mut Vec<f32> {
+    match m {
+        0 => &mut layer.wq,
+        1 => &mut layer.wk,
+        2 => &mut layer.wv,
+        3 => &mut layer.wo,
+        4 => &mut layer.w_gate,
+        5 => &mut layer.w_up,
+        _ => &mut layer.w_down,
+    }
+}
+
+pub struct Calibration {
+    pub tokens: usize,
+    /// Mean square of each input column, per (layer, site).
+    pub importance: HashMap<(usize, Site), Vec<f32>>,
+    /// Hidden states entering each layer, `[tokens][hidden]`.
+    layer_inputs: Vec<Vec<f32>>,
+    /// The unchanged model's log-probabilities, `[tokens][vocab]`.
+    base: Vec<f32>,
+}
+
+fn log_softmax(row: &mut [f32]) {
+    let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + row.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
+    row.iter_mut().for_each(|v| *v -= lse);
+}
+
+impl Calibration {
+    pub fn run(r: &Reference, tokens: &[u32]) -> Result<Calibration> {
+        let c = &r.config;
+        if tokens.len() < 2 {
+            return Err(Error::invalid(
+                "the calibration text needs at least 2 tokens",
+            ));
+        }
+        let mut x = embed(&r.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        let mut cache = KvCache::new(c);
+        let mut importance: HashMap<(usize, Site), Vec<f32>> = HashMap::new();
+        let mut layer_inputs = Vec::with_capacity(c.n_layers);
+        let n = tokens.len();
+        for l in 0..c.n_layers {
+            layer_inputs.push(x.clone());
+            r.layers(l..l + 1, &mut x, &mut cache, &mut |l, s, input| {
+                let width = input.len() / n;
+                let acc = importance.entry((l, s)).or_insert_with(|| vec![0.0; width]);
+                for row in input.chunks_exact(width) {
+                    acc.iter_mut()
+                        .zip(row)
+                        .for_each(|(a, v)| *a += v * v / n as f32);
+                }
+            });
+        }
+        let mut base = r.logits(&x, true);
+        base.par_chunks_mut(c.vocab_size).for_each(log_softmax);
+        Ok(Calibration {
+            tokens: n,
+            importance,
+            layer_inputs,
+            base,
+        })
+    }
+
+    /// Mean KL(base ‖ r) over the calibration positions, for a model that differs
+    /// from the calibrated one only from layer `from` on.
+    pub fn divergence(&self, r: &Reference, from: usize) -> f64 {
+        let c = &r.config;
+        let mut x = self.layer_inputs[from].clone();
+        let mut cache = KvCache::new(c);
+        r.layers(from..c.n_layers, &mut x, &mut cache, &mut |_, _, _| {});
+        let mut logits = r.logits(&x, true);
+        let total: f64 = logits
+            .par_chunks_mut(c.vocab_size)
+            .zip(self.base.par_chunks(c.vocab_size))
+            .map(|(q, p)| {
+                log_softmax(q);
+                p.iter()
+                    .zip(q.iter())
+                    .map(|(&lp, &lq)| (lp.exp() * (lp - lq)) as f64)
+                    .sum::<f64>()
+            })
+            .sum();
+        total / self.tokens as f64
+    }
+}
+
+/// Each layer matrix's sensitivity (`[layer][MATRICES]` flattened): the divergence
+/// when only it is palettized to 2 bits.
+pub fn sensitivities(
+    r: &mut Reference,
+    cal: &Calibration,
+    rows_per_lut: usize,
+    seed: u64,
+    log: &mut dyn FnMut(&str),
+) -> Vec<f64> {
+    let c = r.config.clone();
+    let mut out = Vec::with_capacity(c.n_layers * MATRICES.len());
+    for l in 0..c.n_layers {
+        for (m, _) in MATRICES.iter().enumerate() {
+            let (rows, cols) = crate::adapters::module_shape(&c, m);
+            let imp = cal.importance.get(&(l, site(m))).map(Vec::as_slice);
+            let w = matrix_mut(&mut r.weights.layers[l], m);
+            let p = palettize_weighted(w, rows, cols, 2, rows_per_lut, seed, imp);
+            let original = std::mem::replace(w, p.dequantize());
+            out.push(cal.divergence(r, l));
+            *matrix_mut(&mut r.weights.layers[l], m) = original;
+        }
+        let row = &out[l * MATRICES.len()..];
+        log(&format!(
+            "sensitivity layer {l:2}: {}",
+            row.iter()
+                .map(|s| format!("{s:.4}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    out
+}
+
+/// 2 or 4 bits for each matrix (`shapes` = rows, cols), so that their average bits per
+/// weight (tables included) reaches `target_bpw` while the summed sensitivity of the
+/// 2-bit ones stays small: matrices go to 2 bits in order of sensitivity per bit saved.
+pub fn choose(
+    shapes: &[(usize, usize)],
+    sens: &[f64],
+    target_bpw: f64,
+    rows_per_lut: usize,
+) -> Vec<u32> {
+    let cost = |i: usize, bits: u32| {
+        let (r, c) = shapes[i];
+        bits_per_weight(bits, r, c, rows_per_lut) * (r * c) as f64
+    };
+    let weights: f64 = shapes.iter().map(|(r, c)| (r * c) as f64).sum();
+    let mut bits = vec![4u32; shapes.len()];
+    let mut total: f64 = (0..shapes.len()).map(|i| cost(i, 4)).sum();
+    let mut order: Vec<usize> = (0..shapes.len()).collect();
+    let per_bit = |i: usize| sens[i] / (cost(i, 4) - cost(i, 2));
+    order.sort_by(|&a, &b| per_bit(a).total_cmp(&per_bit(b)));
+    for i in order {
+        if total / weights <= target_bpw {
+            break;
+        }
+        total -= cost(i, 4) - cost(i, 2);
+        bits[i] = 2;
+    }
+    bits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_sensitive_go_to_two_bits_until_the_target() {
+        let shapes = [(64, 64); 4];
+        let sens = [0.5, 0.01, 0.2, 0.02];
+        // Two of four at 2 bits: ~3.03 bpw with tables.
+        let bits = choose(&shapes, &sens, 3.1, 16);
+        assert_eq!(bits, vec![4, 2, 4, 2]);
+        assert_eq!(choose(&shapes, &sens, 4.5, 16), vec![4; 4]);
+        assert_eq!(choose(&shapes, &sens, 1.0, 16), vec![2; 4]);
+    }
+}
