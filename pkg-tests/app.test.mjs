@@ -3,6 +3,7 @@
 // progress, stream replies, abort and continue, and the error cases.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { execFileSync } from "node:child_process";
@@ -62,6 +63,23 @@ test("streams the reference greedy continuation", async () => {
   assert.equal(last.finishReason, "length");
   assert.equal(last.usage.generatedTokens, 4);
   assert.ok(r.slice(0, -1).every((c) => typeof c.tokenId === "number" && c.text.length > 0));
+});
+
+test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU reference does", async () => {
+  // Written by tests/palettized.rs, which the native suite runs first.
+  const dir = path.join(root, "target/test-palettized");
+  const expected = JSON.parse(fs.readFileSync(path.join(dir, "mixed.expected.json"), "utf8"));
+  const text = await page.evaluate(async ({ url, prompt, maxTokens }) => {
+    const pal = await Pippin.load(url, { cache: false, kvCache: "f32" });
+    try {
+      let out = "";
+      for await (const c of pal.generate(prompt, { maxTokens })) if (!c.done) out += c.text;
+      return out;
+    } finally {
+      pal.dispose();
+    }
+  }, { url: "/target/test-palettized/mixed.gguf", ...expected });
+  assert.equal(text, expected.text);
 });
 
 test("a reply is also a ReadableStream", async () => {

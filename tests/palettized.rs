@@ -7,14 +7,17 @@
 mod common;
 
 use common::{model_path, root};
+use pippin::adapters::{self, fixture, fixture::FixtureSpec};
 use pippin::convert::{self, Bits, Options, Report};
 use pippin::engine::perplexity::{perplexity, Perplexity};
 use pippin::engine::{
-    generate, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, SessionOptions,
+    generate, Backend, CpuSession, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession,
+    Logits, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
 use pippin::model::load_reference;
+use pippin::model::KvCache;
 use pippin::quant::kv::KvFormat;
 use pippin::tokenizer::{Message, Tokenizer};
 use std::path::{Path, PathBuf};
@@ -171,6 +174,66 @@ fn four_bit_model_answers_and_stays_within_its_perplexity_bound() {
 }
 
 #[test]
+fn lora_adapters_work_on_palettized_weights() {
+    let (path, _) = four_bit();
+    let m = gpu_model(path);
+    let spec = FixtureSpec {
+        rank: 8,
+        alpha: 16.0,
+        modules: &[
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
+        seed: 5,
+        zero_b: false,
+        half: false,
+    };
+    let (config, weights) = fixture::write(&m.config, &spec);
+    let adapter = adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
+    let prompt = &tokens(path, 9);
+
+    let ga = GpuAdapter::upload(&m.gpu, &adapter).unwrap();
+    let opts = SessionOptions {
+        max_context: 64,
+        kv: KvFormat::F32,
+        ..Default::default()
+    };
+    let mut s = GpuSession::new(&m, opts).unwrap();
+    let mut b = GpuBackend::with_adapter(&m, &mut s, Some(&ga));
+    let Logits::Full(gpu) = pollster::block_on(b.forward(prompt, Want::logits())).unwrap() else {
+        unreachable!()
+    };
+    let (_, mut r) = load_reference(path).unwrap();
+    let base = r
+        .forward(&mut KvCache::new(&r.config), prompt, false)
+        .unwrap();
+    adapters::merge_into(&mut r.weights, &adapter);
+    let cpu = r
+        .forward(&mut KvCache::new(&r.config), prompt, false)
+        .unwrap();
+    let diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(
+        diff(&gpu, &cpu) < 1e-3,
+        "GPU vs merged CPU: {}",
+        diff(&gpu, &cpu)
+    );
+    assert!(
+        diff(&base, &cpu) > 0.05,
+        "the adapter should change the logits"
+    );
+}
+
+#[test]
 fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     let (path, report) = mixed();
     let two = report.entries.iter().filter(|e| e.bits == 2).count();
@@ -213,4 +276,22 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     let (gpu, cpu) = answers(path, &m, "Name a color.");
     assert_eq!(gpu, cpu);
     assert!(!gpu.trim().is_empty());
+
+    // What the browser test (pkg-tests/app.test.mjs) must stream from this file.
+    let (g, _) = Gguf::open(path).unwrap();
+    let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
+    let prompt = "The capital of France is";
+    let ids = tk.encode_prompt(prompt, false).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 4,
+        ..Default::default()
+    };
+    let mut text = String::new();
+    pollster::block_on(generate(&mut s, &tk, &ids, &opts, |p, _| {
+        text.push_str(p);
+        true
+    }))
+    .unwrap();
+    let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 4, "text": text });
+    std::fs::write(path.with_extension("expected.json"), expected.to_string()).unwrap();
 }

@@ -9,7 +9,9 @@ use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::{elementwise, sample, Kernels, Step};
 use pippin::model::reference::{self, AttnShape};
 use pippin::model::{Arch, Config, RopeStyle};
+use pippin::quant::gpu_layout::pack_palette;
 use pippin::quant::kv::{round_trip, KvFormat};
+use pippin::quant::palette::palettize;
 use pippin::quant::{dequantize, encode, GgmlType};
 use pippin::sampler::Rng;
 use wasm_bindgen_test::*;
@@ -61,6 +63,33 @@ impl Ctx {
     }
 }
 
+/// y = W·x on the GPU against the CPU on `deq` (W as the CPU reference sees it).
+async fn check_matmul(c: &Ctx, m: &GpuMatrix, deq: &[f32], t: usize, what: &str) {
+    let (rows, cols) = (m.rows, m.cols);
+    let x = values(t * cols, 4);
+    let (xb, yb) = (
+        c.buf(&x),
+        c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
+    );
+    let step = c.step(t, 0);
+    c.run(|p| {
+        let io = Io {
+            x: &xb,
+            x_stride: cols,
+            y: &yb,
+            y_stride: rows,
+            y_offset: 0,
+            accumulate: false,
+        };
+        matmul::matmul(&c.k, p, &step, m, &io, t).unwrap()
+    });
+    let want = reference::matmul(&x, deq, cols);
+    let d = max_diff(&c.read(&yb, t * rows).await, &want);
+    assert!(d < 1e-3, "{what} {rows}x{cols} t={t}: {d}");
+}
+
+const SHAPES: [(usize, usize, usize); 3] = [(37, 96, 1), (70, 64, 5), (129, 160, 17)];
+
 #[wasm_bindgen_test]
 async fn matmul_formats_gemv_and_gemm() {
     let c = ctx().await;
@@ -70,30 +99,26 @@ async fn matmul_formats_gemv_and_gemm() {
         (GgmlType::Q4_0, encode::q4_0),
         (GgmlType::F16, encode::f16s),
     ] {
-        for (rows, cols, t) in [(37, 96, 1), (70, 64, 5), (129, 160, 17)] {
-            let w = values(rows * cols, 3);
-            let bytes = bytes_of(&w);
+        for (rows, cols, t) in SHAPES {
+            let bytes = bytes_of(&values(rows * cols, 3));
             let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
-            let x = values(t * cols, 4);
-            let (xb, yb) = (
-                c.buf(&x),
-                c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
-            );
-            let step = c.step(t, 0);
-            c.run(|p| {
-                let io = Io {
-                    x: &xb,
-                    x_stride: cols,
-                    y: &yb,
-                    y_stride: rows,
-                    y_offset: 0,
-                    accumulate: false,
-                };
-                matmul::matmul(&c.k, p, &step, &m, &io, t).unwrap()
-            });
-            let want = reference::matmul(&x, &dequantize(ty, &bytes, rows * cols).unwrap(), cols);
-            let d = max_diff(&c.read(&yb, t * rows).await, &want);
-            assert!(d < 1e-3, "{ty} {rows}x{cols} t={t}: {d}");
+            let deq = dequantize(ty, &bytes, rows * cols).unwrap();
+            check_matmul(&c, &m, &deq, t, &ty.to_string()).await;
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn palettized_matmul_2_and_4_bit() {
+    let c = ctx().await;
+    for (bits, lut_rows) in [(4, 16), (2, 16), (4, 5), (2, 3)] {
+        for (rows, cols, t) in SHAPES {
+            let p = palettize(&values(rows * cols, 3), rows, cols, bits, lut_rows, 1);
+            let packed = pack_palette(&p).unwrap();
+            // Small parts: tables must follow their rows across a split.
+            let m = GpuMatrix::from_packed_split(&c.gpu, "w", packed, rows, cols, 40 * 64).unwrap();
+            let what = format!("{bits}-bit palette, {lut_rows} rows a table");
+            check_matmul(&c, &m, &p.dequantize(), t, &what).await;
         }
     }
 }
