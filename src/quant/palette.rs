@@ -192,7 +192,7 @@ pub fn kmeans(
 }
 
 /// Index of the centroid nearest to `v` (centroids sorted).
-fn nearest(centroids: &[f32], v: f32) -> usize {
+pub fn nearest(centroids: &[f32], v: f32) -> usize {
     let i = centroids.partition_point(|&c| c < v);
     match (i.checked_sub(1), centroids.get(i)) {
         (Some(lo), Some(&hi)) if (v - centroids[lo]).abs() <= (hi - v).abs() => lo,

@@ -374,12 +374,39 @@ fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Res
         let e = by_type.entry(t.ty.name()).or_default();
         *e = (e.0 + 1, e.1 + t.n_elements, e.2 + t.n_bytes);
     }
+    write_palettes(s, g)?;
     writeln!(s, "\nby type:")?;
     for (ty, (n, elems, bytes)) in by_type {
         let bpw = bytes as f64 * 8.0 / elems as f64;
         writeln!(
             s,
             "  {ty:<5} {n:>4} tensors {elems:>12} weights {bytes:>11} bytes ({bpw:.2} bits/weight)"
+        )?;
+    }
+    Ok(())
+}
+
+/// A summary of the palettized matrices (`pippin convert` output), if any.
+fn write_palettes(s: &mut String, g: &Gguf) -> std::fmt::Result {
+    use std::fmt::Write;
+    let (mut n, mut weights, mut bytes, mut two) = (0, 0u64, 0u64, 0);
+    for idx in g.tensors.iter().filter(|t| t.name.ends_with(".pidx")) {
+        let lut_name = idx.name.replace(".pidx", ".plut");
+        let Some(lut) = g.tensor(&lut_name) else {
+            continue;
+        };
+        let bits = if lut.dims.first() == Some(&4) { 2 } else { 4 };
+        n += 1;
+        two += (bits == 2) as usize;
+        weights += idx.n_elements * 32 / bits;
+        bytes += idx.n_bytes + lut.n_bytes;
+    }
+    if n > 0 {
+        writeln!(
+            s,
+            "\npalettized: {n} matrices ({two} at 2 bits, {} at 4), {weights} weights, {:.3} bits/weight with their tables",
+            n - two,
+            bytes as f64 * 8.0 / weights as f64
         )?;
     }
     Ok(())
