@@ -1,14 +1,16 @@
 //! Calibration and the mixed 2/4-bit plan. On a calibration text the CPU reference
-//! records (a) each matmul input's mean square per column, the diagonal importance the
-//! k-means is weighted by, and (b) the hidden states entering each layer, so that the
-//! sensitivity of one matrix (the KL divergence of the model's next-token
+//! records (a) each matmul input's second moments H = XᵀX/n: its diagonal is the
+//! importance the k-means is weighted by, the whole is what GPTQ-style error feedback
+//! needs (`gptq`), and (b) on the first tokens, the hidden states entering each layer,
+//! so that the sensitivity of one matrix (the KL divergence of the model's next-token
 //! distributions when only that matrix goes to 2 bits) costs a run of the layers from
 //! its own on, not of the whole model.
 
+use super::gptq;
 use crate::error::{Error, Result};
 use crate::model::reference::{embed, KvCache, Reference, Site};
 use crate::model::weights::Layer;
-use crate::quant::palette::{bits_per_weight, palettize_weighted};
+use crate::quant::palette::{bits_per_weight, palettize_weighted, Palettized};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -60,9 +62,12 @@ pub fn matrix_mut(layer: &mut Layer, m: usize) -> &mut Vec<f32> {
 }
 
 pub struct Calibration {
+    /// Tokens the sensitivities are measured on.
     pub tokens: usize,
     /// Mean square of each input column, per (layer, site).
     pub importance: HashMap<(usize, Site), Vec<f32>>,
+    /// GPTQ's factor of each site's inverse Hessian (when error feedback is on).
+    pub factors: HashMap<(usize, Site), Vec<f32>>,
     /// Hidden states entering each layer, `[tokens][hidden]`.
     layer_inputs: Vec<Vec<f32>>,
     /// The unchanged model's log-probabilities, `[tokens][vocab]`.
@@ -76,35 +81,60 @@ fn log_softmax(row: &mut [f32]) {
 }
 
 impl Calibration {
-    pub fn run(r: &Reference, tokens: &[u32]) -> Result<Calibration> {
+    /// Runs the model over `tokens`; sensitivities will use the first
+    /// `sensitivity_tokens` of them. With `error_feedback`, every site's Hessian is
+    /// factored for GPTQ.
+    pub fn run(
+        r: &Reference,
+        tokens: &[u32],
+        sensitivity_tokens: usize,
+        error_feedback: bool,
+    ) -> Result<Calibration> {
         let c = &r.config;
         if tokens.len() < 2 {
             return Err(Error::invalid(
                 "the calibration text needs at least 2 tokens",
             ));
         }
+        let n = tokens.len();
+        let ns = sensitivity_tokens.clamp(2, n);
         let mut x = embed(&r.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
         let mut cache = KvCache::new(c);
-        let mut importance: HashMap<(usize, Site), Vec<f32>> = HashMap::new();
+        let mut hessians: HashMap<(usize, Site), Vec<f32>> = HashMap::new();
+        let mut importance = HashMap::new();
         let mut layer_inputs = Vec::with_capacity(c.n_layers);
-        let n = tokens.len();
         for l in 0..c.n_layers {
-            layer_inputs.push(x.clone());
+            layer_inputs.push(x[..ns * c.hidden].to_vec());
             r.layers(l..l + 1, &mut x, &mut cache, &mut |l, s, input| {
                 let width = input.len() / n;
-                let acc = importance.entry((l, s)).or_insert_with(|| vec![0.0; width]);
-                for row in input.chunks_exact(width) {
-                    acc.iter_mut()
-                        .zip(row)
-                        .for_each(|(a, v)| *a += v * v / n as f32);
+                if error_feedback {
+                    let h = gptq::hessian(input, width);
+                    importance.insert((l, s), (0..width).map(|i| h[i * width + i]).collect());
+                    hessians.insert((l, s), h);
+                } else {
+                    let mut acc = vec![0f32; width];
+                    for row in input.chunks_exact(width) {
+                        acc.iter_mut()
+                            .zip(row)
+                            .for_each(|(a, v)| *a += v * v / n as f32);
+                    }
+                    importance.insert((l, s), acc);
                 }
             });
         }
-        let mut base = r.logits(&x, true);
+        let factors = hessians
+            .into_par_iter()
+            .map(|(key, h)| {
+                let dim = importance[&key].len();
+                gptq::inverse_factor(&h, dim).map(|u| (key, u))
+            })
+            .collect::<Result<HashMap<_, _>>>()?;
+        let mut base = r.logits(&x[..ns * c.hidden], true);
         base.par_chunks_mut(c.vocab_size).for_each(log_softmax);
         Ok(Calibration {
-            tokens: n,
+            tokens: ns,
             importance,
+            factors,
             layer_inputs,
             base,
         })
@@ -133,6 +163,26 @@ impl Calibration {
     }
 }
 
+/// Matrix `m` of layer `l` palettized to `bits`: importance-weighted k-means, then
+/// GPTQ-style index assignment when the calibration has the factors.
+pub fn quantize(
+    w: &[f32],
+    (rows, cols): (usize, usize),
+    bits: u32,
+    rows_per_lut: usize,
+    seed: u64,
+    cal: Option<&Calibration>,
+    (l, m): (usize, usize),
+) -> Palettized {
+    let key = (l, site(m));
+    let imp = cal.and_then(|c| c.importance.get(&key)).map(Vec::as_slice);
+    let mut p = palettize_weighted(w, rows, cols, bits, rows_per_lut, seed, imp);
+    if let Some(u) = cal.and_then(|c| c.factors.get(&key)) {
+        gptq::assign(&mut p, w, u);
+    }
+    p
+}
+
 /// Each layer matrix's sensitivity (`[layer][MATRICES]` flattened): the divergence
 /// when only it is palettized to 2 bits.
 pub fn sensitivities(
@@ -146,10 +196,9 @@ pub fn sensitivities(
     let mut out = Vec::with_capacity(c.n_layers * MATRICES.len());
     for l in 0..c.n_layers {
         for (m, _) in MATRICES.iter().enumerate() {
-            let (rows, cols) = crate::adapters::module_shape(&c, m);
-            let imp = cal.importance.get(&(l, site(m))).map(Vec::as_slice);
+            let shape = crate::adapters::module_shape(&c, m);
             let w = matrix_mut(&mut r.weights.layers[l], m);
-            let p = palettize_weighted(w, rows, cols, 2, rows_per_lut, seed, imp);
+            let p = quantize(w, shape, 2, rows_per_lut, seed, Some(cal), (l, m));
             let original = std::mem::replace(w, p.dequantize());
             out.push(cal.divergence(r, l));
             *matrix_mut(&mut r.weights.layers[l], m) = original;
@@ -203,8 +252,8 @@ mod tests {
     fn the_least_sensitive_go_to_two_bits_until_the_target() {
         let shapes = [(64, 64); 4];
         let sens = [0.5, 0.01, 0.2, 0.02];
-        // Two of four at 2 bits: ~3.03 bpw with tables.
-        let bits = choose(&shapes, &sens, 3.1, 16);
+        // 4.25 and 2.06 bits per weight with tables: two of four at 2 bits give 3.16.
+        let bits = choose(&shapes, &sens, 3.2, 16);
         assert_eq!(bits, vec![4, 2, 4, 2]);
         assert_eq!(choose(&shapes, &sens, 4.5, 16), vec![4; 4]);
         assert_eq!(choose(&shapes, &sens, 1.0, 16), vec![2; 4]);

@@ -52,9 +52,16 @@ pub struct ConvertArgs {
     /// Calibration text: importance-weighted k-means and (for mixed) sensitivities.
     #[arg(long)]
     calibration: Option<PathBuf>,
-    /// Calibration tokens used, from the start of the text.
-    #[arg(long, default_value_t = 128)]
+    /// Calibration tokens for importance and Hessians, from the start of the text.
+    #[arg(long, default_value_t = 1024)]
     calibration_tokens: usize,
+    /// Of those, the tokens each sensitivity (--bits mixed) is measured on.
+    #[arg(long, default_value_t = 128)]
+    sensitivity_tokens: usize,
+    /// GPTQ-style error feedback when assigning weights to table entries (slower; on
+    /// the default model it helps only when every matrix is 2-bit).
+    #[arg(long)]
+    error_feedback: bool,
     #[arg(long, default_value_t = 0x9e3779b9)]
     seed: u64,
 }
@@ -80,6 +87,8 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
         seed: a.seed,
         calibration,
         calibration_tokens: a.calibration_tokens,
+        sensitivity_tokens: a.sensitivity_tokens,
+        error_feedback: a.error_feedback,
     };
     let t0 = Instant::now();
     convert::convert(&a.input, &a.output, &opts, &mut |m| {
