@@ -181,15 +181,7 @@ fn lora_adapters_work_on_palettized_weights() {
     let spec = FixtureSpec {
         rank: 8,
         alpha: 16.0,
-        modules: &[
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ],
+        modules: &adapters::MODULES,
         seed: 5,
         zero_b: false,
         half: false,

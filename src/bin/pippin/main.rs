@@ -206,25 +206,17 @@ fn generate(a: GenerateArgs) -> Result<()> {
             pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
         (f, u, "CPU reference".to_string())
     } else {
-        let gpu = pollster::block_on(Gpu::new(Caps {
-            shader_f16: true,
-            subgroups: true,
-        }))?;
-        let name = format!("GPU {} ({})", gpu.adapter.name, gpu.adapter.backend);
-        let (model, _) = pollster::block_on(GpuModel::load_file(gpu, &a.model, &mut |_, _| {}))?;
+        let (model, adapter) = load_gpu(&a.model, a.adapter.as_deref())?;
+        let name = format!(
+            "GPU {} ({})",
+            model.gpu.adapter.name, model.gpu.adapter.backend
+        );
         let so = SessionOptions {
             max_context: a.max_context,
             kv: a.kv,
             ..Default::default()
         };
         let mut session = GpuSession::new(&model, so)?;
-        let adapter = match &a.adapter {
-            Some(dir) => Some(GpuAdapter::upload(
-                &model.gpu,
-                &read_adapter(dir, &model.config)?,
-            )?),
-            None => None,
-        };
         let mut backend = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
         let (f, u) =
             pollster::block_on(engine::generate(&mut backend, &tk, &prompt, &opts, on_text))?;
@@ -285,6 +277,26 @@ fn run_bench(
     let (pf, dc) = bench::model(&model, kv, prompt, steps)?;
     println!("\nwhole model, KV {kv:?}: prefill {pf:.1} tokens/s ({prompt}-token prompt), decode {dc:.1} tokens/s ({steps} steps)");
     Ok(())
+}
+
+/// The model on the GPU (every optional feature the adapter has), with an adapter.
+fn load_gpu(
+    model: &std::path::Path,
+    adapter: Option<&std::path::Path>,
+) -> Result<(GpuModel, Option<GpuAdapter>)> {
+    let gpu = pollster::block_on(Gpu::new(Caps {
+        shader_f16: true,
+        subgroups: true,
+    }))?;
+    let (model, _) = pollster::block_on(GpuModel::load_file(gpu, model, &mut |_, _| {}))?;
+    let adapter = match adapter {
+        Some(dir) => Some(GpuAdapter::upload(
+            &model.gpu,
+            &read_adapter(dir, &model.config)?,
+        )?),
+        None => None,
+    };
+    Ok((model, adapter))
 }
 
 /// Reads a PEFT adapter folder for a model.

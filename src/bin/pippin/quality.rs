@@ -3,9 +3,8 @@
 use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
-use pippin::engine::{CpuSession, GpuAdapter, GpuBackend, GpuModel, GpuSession, SessionOptions};
+use pippin::engine::{CpuSession, GpuBackend, GpuSession, SessionOptions};
 use pippin::gguf::Gguf;
-use pippin::gpu::{Caps, Gpu};
 use pippin::model::load_reference;
 use pippin::quant::kv::KvFormat;
 use pippin::tokenizer::Tokenizer;
@@ -155,25 +154,14 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             "CPU reference".to_string(),
         )
     } else {
-        let gpu = pollster::block_on(Gpu::new(Caps {
-            shader_f16: true,
-            subgroups: true,
-        }))?;
-        let name = format!("GPU {}, KV {:?}", gpu.adapter.name, a.kv);
-        let (model, _) = pollster::block_on(GpuModel::load_file(gpu, &a.model, &mut |_, _| {}))?;
+        let (model, adapter) = super::load_gpu(&a.model, a.adapter.as_deref())?;
+        let name = format!("GPU {}, KV {:?}", model.gpu.adapter.name, a.kv);
         let so = SessionOptions {
             max_context: a.window,
             kv: a.kv,
             ..Default::default()
         };
         let mut session = GpuSession::new(&model, so)?;
-        let adapter = match &a.adapter {
-            Some(dir) => Some(GpuAdapter::upload(
-                &model.gpu,
-                &super::read_adapter(dir, &model.config)?,
-            )?),
-            None => None,
-        };
         let mut b = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
         (
             pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,
