@@ -227,19 +227,45 @@ pub fn palettize_weighted(
     seed: u64,
     importance: Option<&[f32]>,
 ) -> Palettized {
-    assert!(bits == 2 || bits == 4, "palettes are 2- or 4-bit");
     let k = 1usize << bits;
+    let (r, c) = (rows, cols);
+    with_tables(w, r, c, bits, rows_per_lut, |g, chunk| {
+        let weights: Option<Vec<f32>> =
+            importance.map(|imp| imp.iter().copied().cycle().take(chunk.len()).collect());
+        kmeans(chunk, weights.as_deref(), k, 25, seed ^ g as u64)
+    })
+}
+
+/// The baseline palettization must beat: 2^bits evenly spaced levels over each group's
+/// range (what a plain uniform quantizer would do).
+pub fn uniform(w: &[f32], rows: usize, cols: usize, bits: u32, rows_per_lut: usize) -> Palettized {
+    let k = 1usize << bits;
+    with_tables(w, rows, cols, bits, rows_per_lut, |_, chunk| {
+        let lo = chunk.iter().cloned().fold(f32::INFINITY, f32::min);
+        let hi = chunk.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        (0..k)
+            .map(|i| lo + (hi - lo) * i as f32 / (k - 1) as f32)
+            .collect()
+    })
+}
+
+/// Palettizes with the sorted table `table(group, weights)` gives each row group (on all
+/// cores): entries are rounded to f16 first, so indices match the stored tables.
+fn with_tables(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    bits: u32,
+    rows_per_lut: usize,
+    table: impl Fn(usize, &[f32]) -> Vec<f32> + Sync,
+) -> Palettized {
+    assert!(bits == 2 || bits == 4, "palettes are 2- or 4-bit");
     let rows_per_lut = rows_per_lut.clamp(1, rows.max(1));
     let groups: Vec<(Vec<f16>, Vec<u8>)> = w
         .par_chunks(rows_per_lut * cols)
         .enumerate()
         .map(|(g, chunk)| {
-            let weights: Option<Vec<f32>> =
-                importance.map(|imp| imp.iter().copied().cycle().take(chunk.len()).collect());
-            let lut: Vec<f16> = kmeans(chunk, weights.as_deref(), k, 25, seed ^ g as u64)
-                .iter()
-                .map(|&c| f16::from_f32(c))
-                .collect();
+            let lut: Vec<f16> = table(g, chunk).iter().map(|&c| f16::from_f32(c)).collect();
             let centers: Vec<f32> = lut.iter().map(|h| h.to_f32()).collect();
             let idx = chunk.iter().map(|&v| nearest(&centers, v) as u8).collect();
             (lut, idx)
@@ -256,32 +282,6 @@ pub fn palettize_weighted(
     for (lut, idx) in groups {
         p.luts.extend(lut);
         p.indices.extend(idx);
-    }
-    p
-}
-
-/// The baseline palettization must beat: 2^bits evenly spaced levels over each group's
-/// range (what a plain uniform quantizer would do).
-pub fn uniform(w: &[f32], rows: usize, cols: usize, bits: u32, rows_per_lut: usize) -> Palettized {
-    let k = 1usize << bits;
-    let mut p = Palettized {
-        bits,
-        rows,
-        cols,
-        rows_per_lut,
-        indices: Vec::with_capacity(w.len()),
-        luts: Vec::new(),
-    };
-    for chunk in w.chunks(rows_per_lut * cols) {
-        let lo = chunk.iter().cloned().fold(f32::INFINITY, f32::min);
-        let hi = chunk.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let lut: Vec<f16> = (0..k)
-            .map(|i| f16::from_f32(lo + (hi - lo) * i as f32 / (k - 1) as f32))
-            .collect();
-        let centers: Vec<f32> = lut.iter().map(|h| h.to_f32()).collect();
-        p.indices
-            .extend(chunk.iter().map(|&v| nearest(&centers, v) as u8));
-        p.luts.extend(lut);
     }
     p
 }
