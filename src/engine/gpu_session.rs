@@ -6,6 +6,7 @@ use super::gpu_adapter::{GpuAdapter, GpuLora};
 use super::gpu_model::GpuModel;
 use super::{Backend, Logits, Want};
 use crate::error::{Error, Result};
+use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache, CHUNK};
 use crate::kernels::matmul::{self, GpuMatrix, Io};
 use crate::kernels::sample::{self, TopK};
@@ -364,11 +365,7 @@ impl GpuSession {
         let scores = g.storage("scores", chunk as u64 * row_bytes)?;
         let mut out = Vec::with_capacity(tokens.len());
         for (ci, part) in tokens.chunks(chunk).enumerate() {
-            let (n, pos0) = (part.len(), self.tokens.len());
-            g.queue
-                .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(part));
-            g.queue
-                .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+            let (n, pos0) = self.upload_step(g, part);
             let mut enc = g.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -396,15 +393,10 @@ impl GpuSession {
                 };
                 matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
             }
-            let staging = g.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("scores readback"),
-                size: n as u64 * row_bytes,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            enc.copy_buffer_to_buffer(&scores, 0, &staging, 0, n as u64 * row_bytes);
-            g.queue.submit([enc.finish()]);
-            let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&g.map_read(&staging).await?);
+            let bytes = g
+                .submit_and_read(enc, &scores, 0, n as u64 * row_bytes)
+                .await?;
+            let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
             self.tokens.extend_from_slice(part);
             let start = ci * chunk;
             let next = &tokens[start + 1..(start + n + 1).min(tokens.len())];
@@ -418,6 +410,17 @@ impl GpuSession {
         Ok(out)
     }
 
+    /// Writes a chunk's token ids and its step (length, first position) for the
+    /// kernels; returns both.
+    fn upload_step(&self, g: &Gpu, tokens: &[u32]) -> (usize, usize) {
+        let (n, pos0) = (tokens.len(), self.tokens.len());
+        g.queue
+            .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
+        g.queue
+            .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+        (n, pos0)
+    }
+
     async fn run_chunk(
         &mut self,
         m: &GpuModel,
@@ -426,11 +429,7 @@ impl GpuSession {
         want: Option<&Want<'_>>,
     ) -> Result<Option<Logits>> {
         let g = &m.gpu;
-        let (n, pos0) = (tokens.len(), self.tokens.len());
-        g.queue
-            .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
-        g.queue
-            .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+        let (n, pos0) = self.upload_step(g, tokens);
         let penalty = match want {
             Some(w) if w.penalty != 1.0 && !w.penalty_ids.is_empty() => {
                 let ids = &w.penalty_ids[..w.penalty_ids.len().min(MAX_PENALTY_IDS)];
@@ -465,15 +464,7 @@ impl GpuSession {
             Some(kk) => (&self.topk.out, kk.clamp(1, sample::MAX_K) as u64 * 8),
             None => (&self.b.logits, m.config.vocab_size as u64 * 4),
         };
-        let staging = g.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        enc.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
-        g.queue.submit([enc.finish()]);
-        let out = g.map_read(&staging).await?;
+        let out = g.submit_and_read(enc, src, 0, bytes).await?;
         Ok(Some(match want.top_k {
             Some(_) => Logits::Top(sample::decode_pairs(&out, m.config.vocab_size)),
             None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),

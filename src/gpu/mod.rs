@@ -223,13 +223,25 @@ impl Gpu {
 
     /// Copies `size` bytes at `offset` of `buf` back to the CPU.
     pub async fn read(&self, buf: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let enc = self.device.create_command_encoder(&Default::default());
+        self.submit_and_read(enc, buf, offset, size).await
+    }
+
+    /// Submits `enc` with a copy of `size` bytes at `offset` of `buf` appended, and
+    /// returns those bytes once the work is done: one submission per read-back.
+    pub async fn submit_and_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
         self.queue.submit([enc.finish()]);
         self.map_read(&staging).await
