@@ -294,10 +294,7 @@ fn gguf_and_hugging_face_inputs_give_the_same_palettized_model() {
     let (_, r) = load_reference(&dir.join("a.gguf")).unwrap();
     let wq = &r.weights.layers[0].wq;
     let (info, lut) = &ta["blk.0.attn_q.weight.plut"];
-    let table: Vec<f32> = lut
-        .chunks(2)
-        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-        .collect();
+    let table = table_of(lut);
     assert_eq!(info.dims, vec![16, 4], "64 rows, 16 per table");
     for (i, w) in wq.iter().enumerate() {
         let g = i / HIDDEN / 16;
@@ -306,6 +303,71 @@ fn gguf_and_hugging_face_inputs_give_the_same_palettized_model() {
             "weight {i} is not in its table"
         );
     }
+}
+
+/// f16 table entries as f32.
+fn table_of(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(2)
+        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect()
+}
+
+#[test]
+fn two_bit_matrices_get_a_table_per_row_and_files_without_that_key_still_load() {
+    let dir = scratch("two-bit");
+    let (meta, vocab) = tokenizer_meta();
+    write_gguf(&dir.join("tiny.gguf"), &tiny_tensors(vocab), &meta, |_| {
+        GgmlType::F32
+    });
+    let two = |rows_per_lut_2bit| Options {
+        bits: Bits::Two,
+        rows_per_lut_2bit,
+        ..Options::default()
+    };
+    let log = &mut |_: &str| {};
+    convert::convert(&dir.join("tiny.gguf"), &dir.join("r1.gguf"), &two(1), log).unwrap();
+    let t = tensors_of(&dir.join("r1.gguf"));
+    let (info, lut) = &t["blk.0.attn_q.weight.plut"];
+    assert_eq!(
+        info.dims,
+        vec![4, 64],
+        "a table of 4 entries for each of 64 rows"
+    );
+    let table = table_of(lut);
+    let (_, r) = load_reference(&dir.join("r1.gguf")).unwrap();
+    for (i, w) in r.weights.layers[0].wq.iter().enumerate() {
+        let row = i / HIDDEN;
+        assert!(
+            table[row * 4..][..4].contains(w),
+            "weight {i} not in row {row}'s table"
+        );
+    }
+
+    // Files written before the 2-bit key existed share one rows-per-table value.
+    convert::convert(&dir.join("tiny.gguf"), &dir.join("r16.gguf"), &two(16), log).unwrap();
+    let (g, mut f) = Gguf::open(&dir.join("r16.gguf")).unwrap();
+    let mut w = Writer::new();
+    for (k, v) in g.metadata.iter() {
+        if k != "pippin.palette.rows_per_lut_2bit" {
+            w.meta(k, v.clone());
+        }
+    }
+    for ti in &g.tensors {
+        w.tensor(
+            &ti.name,
+            &ti.dims,
+            ti.ty,
+            g.read_tensor(&mut f, ti).unwrap(),
+        )
+        .unwrap();
+    }
+    let old = dir.join("old.gguf");
+    w.write(&mut std::fs::File::create(&old).unwrap()).unwrap();
+    let (_, a) = load_reference(&dir.join("r16.gguf")).unwrap();
+    let (_, b) = load_reference(&old).unwrap();
+    assert_eq!(a.weights.layers[1].w_down, b.weights.layers[1].w_down);
+    assert_ne!(a.weights.layers[1].w_down, r.weights.layers[1].w_down);
 }
 
 #[test]

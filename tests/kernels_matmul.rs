@@ -19,8 +19,9 @@ enum Kind {
 }
 use Kind::{Ggml, Palette};
 
-/// Every format, palettes with the usual 16 rows a table and an awkward 5.
-const TYPES: [Kind; 9] = [
+/// Every format, palettes with the usual 16 rows a table, an awkward 5, and one table
+/// per row (the converter's default for 2 bits).
+const TYPES: [Kind; 10] = [
     Ggml(GgmlType::F32),
     Ggml(GgmlType::F16),
     Ggml(GgmlType::BF16),
@@ -30,6 +31,7 @@ const TYPES: [Kind; 9] = [
     Palette(4, 16),
     Palette(2, 16),
     Palette(4, 5),
+    Palette(2, 1),
 ];
 
 /// `w` in the format, as the GPU takes it and as the CPU reference dequantizes it.
@@ -217,6 +219,7 @@ fn matrices_split_across_bindings() {
         Ggml(GgmlType::Q4_0),
         Palette(4, 5),
         Palette(2, 3),
+        Palette(2, 1),
     ] {
         check(ty, 45, 64, 1, Some(10 * 64), false);
         check(ty, 45, 64, 19, Some(10 * 64), false);

@@ -111,7 +111,7 @@ async fn matmul_formats_gemv_and_gemm() {
 #[wasm_bindgen_test]
 async fn palettized_matmul_2_and_4_bit() {
     let c = ctx().await;
-    for (bits, lut_rows) in [(4, 16), (2, 16), (4, 5), (2, 3)] {
+    for (bits, lut_rows) in [(4, 16), (2, 16), (4, 5), (2, 3), (2, 1)] {
         for (rows, cols, t) in SHAPES {
             let p = palettize(&values(rows * cols, 3), rows, cols, bits, lut_rows, 1);
             let packed = pack_palette(&p).unwrap();

@@ -222,11 +222,11 @@ pub fn choose(
     shapes: &[(usize, usize)],
     sens: &[f64],
     target_bpw: f64,
-    rows_per_lut: usize,
+    rows_per_lut: &dyn Fn(u32) -> usize,
 ) -> Vec<u32> {
     let cost = |i: usize, bits: u32| {
         let (r, c) = shapes[i];
-        bits_per_weight(bits, r, c, rows_per_lut) * (r * c) as f64
+        bits_per_weight(bits, r, c, rows_per_lut(bits)) * (r * c) as f64
     };
     let weights: f64 = shapes.iter().map(|(r, c)| (r * c) as f64).sum();
     let mut bits = vec![4u32; shapes.len()];
@@ -253,9 +253,13 @@ mod tests {
         let shapes = [(64, 64); 4];
         let sens = [0.5, 0.01, 0.2, 0.02];
         // 4.25 and 2.06 bits per weight with tables: two of four at 2 bits give 3.16.
-        let bits = choose(&shapes, &sens, 3.2, 16);
+        let bits = choose(&shapes, &sens, 3.2, &|_| 16);
         assert_eq!(bits, vec![4, 2, 4, 2]);
-        assert_eq!(choose(&shapes, &sens, 4.5, 16), vec![4; 4]);
-        assert_eq!(choose(&shapes, &sens, 1.0, 16), vec![2; 4]);
+        assert_eq!(choose(&shapes, &sens, 4.5, &|_| 16), vec![4; 4]);
+        assert_eq!(choose(&shapes, &sens, 1.0, &|_| 16), vec![2; 4]);
+        // A table per 2-bit row: 2 + 64/64 = 3 bits per weight, so two at 2 bits
+        // average 3.625, three 3.3125: a target of 3.4 takes three.
+        let per_row = |b: u32| if b == 2 { 1 } else { 16 };
+        assert_eq!(choose(&shapes, &sens, 3.4, &per_row), vec![4, 2, 2, 2]);
     }
 }

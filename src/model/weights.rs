@@ -59,6 +59,8 @@ pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
 
 /// The metadata key of a palettized file's rows per table (see `crate::convert`).
 pub const ROWS_PER_LUT_KEY: &str = "pippin.palette.rows_per_lut";
+/// Rows per table of the 2-bit matrices, when it differs (absent: `ROWS_PER_LUT_KEY`).
+pub const ROWS_PER_LUT_2BIT_KEY: &str = "pippin.palette.rows_per_lut_2bit";
 
 /// How a weight is stored: one GGUF tensor, or a palette (`<name>.pidx` packed
 /// indices + `<name>.plut` f16 tables) written by `pippin convert`.
@@ -108,15 +110,6 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
     let (Some(idx), Some(lut)) = (g.tensor(&pidx), g.tensor(&plut)) else {
         return Err(Error::gguf(format!("tensor {} is missing", s.name)));
     };
-    let rows_per_lut = g
-        .metadata
-        .u64(ROWS_PER_LUT_KEY)
-        .filter(|&r| r > 0)
-        .ok_or_else(|| {
-            Error::gguf(format!(
-                "{pidx} is palettized but {ROWS_PER_LUT_KEY} is missing"
-            ))
-        })? as usize;
     let bits = match lut.dims.first() {
         Some(16) => 4,
         Some(4) => 2,
@@ -127,6 +120,11 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
             )))
         }
     };
+    let rows_per_lut = rows_per_lut(g, bits).ok_or_else(|| {
+        Error::gguf(format!(
+            "{pidx} is palettized but {ROWS_PER_LUT_KEY} is missing"
+        ))
+    })?;
     let want_idx = [palette::row_words(bits, s.cols) as u64, s.rows as u64];
     let want_lut = [1u64 << bits, s.rows.div_ceil(rows_per_lut) as u64];
     if idx.ty != GgmlType::I32
@@ -146,6 +144,15 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
         bits,
         rows_per_lut,
     })
+}
+
+/// Rows sharing a table in a palettized file's `bits`-wide matrices.
+fn rows_per_lut(g: &Gguf, bits: u32) -> Option<usize> {
+    let m = &g.metadata;
+    let two = (bits == 2).then(|| m.u64(ROWS_PER_LUT_2BIT_KEY)).flatten();
+    two.or_else(|| m.u64(ROWS_PER_LUT_KEY))
+        .filter(|&r| r > 0)
+        .map(|r| r as usize)
 }
 
 /// Finds a tensor and checks that its shape is the expected one.

@@ -42,9 +42,13 @@ pub struct ConvertArgs {
     /// Bits per weight of the palettized matrices for --bits mixed (tables included).
     #[arg(long, default_value_t = 3.5)]
     target_bpw: f64,
-    /// Output rows sharing one lookup table.
+    /// Output rows sharing one lookup table in 4-bit matrices.
     #[arg(long, default_value_t = 16)]
     rows_per_lut: usize,
+    /// Output rows sharing one lookup table in 2-bit matrices (1: a table per row,
+    /// which costs 2-bit matrices ~0.1 bit per weight and keeps far more quality).
+    #[arg(long, default_value_t = 1)]
+    rows_per_lut_2bit: usize,
     /// Storage of the embedding (and an untied output head).
     #[arg(long, value_enum, default_value = "q8_0")]
     embedding: EmbeddingArg,
@@ -78,6 +82,7 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
         },
         target_bpw: a.target_bpw,
         rows_per_lut: a.rows_per_lut,
+        rows_per_lut_2bit: a.rows_per_lut_2bit,
         embedding: match a.embedding {
             EmbeddingArg::Q8_0 => Embedding::Q8_0,
             EmbeddingArg::F16 => Embedding::F16,
