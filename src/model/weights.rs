@@ -148,11 +148,9 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
 
 /// Rows sharing a table in a palettized file's `bits`-wide matrices.
 fn rows_per_lut(g: &Gguf, bits: u32) -> Option<usize> {
-    let m = &g.metadata;
-    let two = (bits == 2).then(|| m.u64(ROWS_PER_LUT_2BIT_KEY)).flatten();
-    two.or_else(|| m.u64(ROWS_PER_LUT_KEY))
-        .filter(|&r| r > 0)
-        .map(|r| r as usize)
+    let key = |k| g.metadata.u64(k).filter(|&r| r > 0);
+    let two = (bits == 2).then(|| key(ROWS_PER_LUT_2BIT_KEY)).flatten();
+    two.or_else(|| key(ROWS_PER_LUT_KEY)).map(|r| r as usize)
 }
 
 /// Finds a tensor and checks that its shape is the expected one.
