@@ -228,8 +228,7 @@ pub fn palettize_weighted(
     importance: Option<&[f32]>,
 ) -> Palettized {
     let k = 1usize << bits;
-    let (r, c) = (rows, cols);
-    with_tables(w, r, c, bits, rows_per_lut, |g, chunk| {
+    with_tables(w, rows, cols, bits, rows_per_lut, |g, chunk| {
         let weights: Option<Vec<f32>> =
             importance.map(|imp| imp.iter().copied().cycle().take(chunk.len()).collect());
         kmeans(chunk, weights.as_deref(), k, 25, seed ^ g as u64)
