@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod testing;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

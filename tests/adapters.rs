@@ -79,12 +79,10 @@ fn session() -> GpuSession {
     .unwrap()
 }
 
+/// Over every position's logits (NaN- and length-aware, as all comparisons).
 fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter()
-        .flatten()
-        .zip(b.iter().flatten())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    assert_eq!(a.len(), b.len(), "positions");
+    pippin::testing::max_abs_diff(&a.concat(), &b.concat())
 }
 
 #[test]
@@ -251,7 +249,5 @@ fn q_k_row_permutation_matches_rope_layouts() {
     pippin::model::reference::rope(&mut q_hf, heads * hd, hd, RopeStyle::HalfSplit, &freqs, 7);
     pippin::model::reference::rope(&mut q_gguf, heads * hd, hd, RopeStyle::Adjacent, &freqs, 7);
     let q_hf_permuted = permute_rows(&q_hf, 1, heads, hd);
-    for (a, b) in q_gguf.iter().zip(&q_hf_permuted) {
-        assert!((a - b).abs() < 1e-5);
-    }
+    pippin::testing::assert_close("RoPE of permuted rows", &q_gguf, &q_hf_permuted, 1e-5);
 }

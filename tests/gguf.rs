@@ -68,11 +68,7 @@ fn writer_round_trips_every_value_type_and_tensor() {
     let exact = g.read_f32(&mut c, g.tensor("f32").unwrap()).unwrap();
     for name in ["q8", "q4_0", "q4_1", "f16"] {
         let got = g.read_f32(&mut c, g.tensor(name).unwrap()).unwrap();
-        let err = got
-            .iter()
-            .zip(&exact)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let err = pippin::testing::max_abs_diff(&got, &exact);
         assert!(err < 0.3, "{name}: max error {err}");
     }
 }

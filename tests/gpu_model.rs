@@ -50,12 +50,7 @@ fn logits(s: &mut GpuSession, tokens: &[u32]) -> Vec<f32> {
     }
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+use pippin::testing::max_abs_diff as max_diff;
 
 const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France is"
 

@@ -209,12 +209,7 @@ fn lora_adapters_work_on_palettized_weights() {
     let cpu = r
         .forward(&mut KvCache::new(&r.config), prompt, false)
         .unwrap();
-    let diff = |a: &[f32], b: &[f32]| {
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max)
-    };
+    let diff = pippin::testing::max_abs_diff;
     assert!(
         diff(&gpu, &cpu) < 1e-3,
         "GPU vs merged CPU: {}",

@@ -38,6 +38,7 @@ fn check_prompt(p: &Value) {
     assert_eq!(logits.len(), steps.len());
     let mut max_dev = 0f32;
     for (i, (l, s)) in logits.iter().zip(steps).enumerate() {
+        pippin::testing::assert_finite(&format!("{name} step {i} logits"), l);
         let id = s["id"].as_u64().unwrap() as usize;
         let ref_logit = s["logit"].as_f64().unwrap() as f32;
         let margin = ref_logit - s["runner_up_logit"].as_f64().unwrap() as f32;
@@ -124,11 +125,7 @@ fn stepwise_decode_equals_prefill() {
     for (i, &t) in tokens.iter().enumerate().skip(3) {
         let l = m.forward(&mut step, &[t], false).unwrap();
         let want = &all[i * v..][..v];
-        let dev = l
-            .iter()
-            .zip(want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let dev = pippin::testing::max_abs_diff(&l, want);
         assert!(dev < 1e-3, "position {i}: stepwise logits differ by {dev}");
     }
 }

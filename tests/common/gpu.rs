@@ -66,10 +66,6 @@ pub fn values(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
 }
 
-pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+/// NaN- and length-aware (see `pippin::testing`): NaN fails every `<` and `>` check.
+#[allow(unused_imports)]
+pub use pippin::testing::max_abs_diff as max_diff;
