@@ -1,7 +1,9 @@
-// Flash-decoding for one new token: the KV length is split in chunks of 64 positions,
-// one workgroup per (KV head, chunk). Each K and V value is dequantized once and used
-// for all G query heads that share the KV head; each chunk leaves its running max,
-// sum and weighted V (online softmax) for attention_reduce.wgsl to combine.
+// Flash-decoding for one new token: the visible keys (all of them, or the last WINDOW
+// for a sliding-window layer) are split in chunks of 64 positions, one workgroup per
+// (KV head, chunk). Each K and V value is dequantized once and used for all G query
+// heads that share the KV head; each chunk leaves its running max, sum and weighted V
+// (online softmax) for attention_reduce.wgsl to combine. Splits past the visible keys
+// leave an empty partial (max -1e30), which the reduce weighs by zero.
 #include "kv_cache.wgsl"
 #include "step.wgsl"
 
@@ -10,7 +12,8 @@
 
 override G: u32;          // query heads per KV head, G * HD <= 2048 and G <= 16
 override QKV_STRIDE: u32;
-override SCALE: f32;      // 1 / sqrt(HD)
+override SCALE: f32;      // scores are q·k · SCALE
+override WINDOW: u32 = 0u; // keys visible behind the query, itself included (0: all)
 
 const CHUNK: u32 = 64u;
 const NEG: f32 = -1e30;
@@ -28,7 +31,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         qs[i] = qkv[q_base + i] * SCALE;
     }
     workgroupBarrier();
-    let start = split * CHUNK;
+    var lo = 0u;
+    if WINDOW > 0u && step.kv_len > WINDOW {
+        lo = step.kv_len - WINDOW;
+    }
+    let start = lo + split * CHUNK;
     let p = start + lid;
     var acc: array<f32, 16>;
     if p < step.kv_len {
@@ -58,7 +65,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         stats[2u * lid + 1u] = l;
     }
     workgroupBarrier();
-    let n = min(CHUNK, step.kv_len - start);
+    var n = 0u;
+    if start < step.kv_len {
+        n = min(CHUNK, step.kv_len - start);
+    }
     for (var d = lid; d < HD; d += 64u) {
         var o: array<f32, 16>;
         for (var j = 0u; j < n; j++) {

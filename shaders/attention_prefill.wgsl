@@ -1,7 +1,8 @@
 // Causal attention for a chunk of new tokens over the cached prefix and themselves,
-// tiled: a workgroup takes 8 queries of one head, walks the keys 16 at a time through
+// tiled: a workgroup takes BQ queries of one head, walks the keys BK at a time through
 // workgroup memory and keeps an online softmax (FlashAttention); K/V are dequantized
-// from the quantized cache as tiles are loaded.
+// from the quantized cache as tiles are loaded. A sliding-window layer starts at the
+// first key its first query sees and masks keys WINDOW or more behind each query.
 #include "kv_cache.wgsl"
 #include "step.wgsl"
 
@@ -12,12 +13,14 @@ override G: u32;          // query heads per KV head
 override NH: u32;
 override QKV_STRIDE: u32;
 override SCALE: f32;
+override WINDOW: u32 = 0u;
+// Tiles sized so BQ·HD ≤ 1024 and BK·HD ≤ 2048 (HD ≤ 256); the launcher uses BQ too.
+override BQ: u32 = select(8u, 4u, HD > 128u);   // queries per workgroup
+override BK: u32 = select(16u, 8u, HD > 128u);  // keys per tile
 
-const BQ: u32 = 8u;   // queries per workgroup
-const BK: u32 = 16u;  // keys per tile
 const NEG: f32 = -1e30;
 
-var<workgroup> qs: array<f32, 1024>;  // [BQ][HD], HD <= 128
+var<workgroup> qs: array<f32, 1024>;  // [BQ][HD]
 var<workgroup> kv: array<f32, 2048>;  // [BK][HD]
 var<workgroup> s: array<f32, 128>;    // [BQ][BK]
 
@@ -26,9 +29,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let q0 = wid.x * BQ;
     let h = wid.y;
     let kvh = h / G;
-    let qi = lid / 16u;        // this thread's query row
-    let c = lid % 16u;         // its slice of the head: DPT values from c * DPT
-    let dpt = HD / 16u;
+    let tpq = 128u / BQ;       // threads per query
+    let qi = lid / tpq;        // this thread's query row
+    let c = lid % tpq;         // its key in a tile (c < BK), and its slice of the head
+    let dpt = HD / tpq;        // output values per thread: DPT from c * dpt
     for (var i = lid; i < BQ * HD; i += 128u) {
         let t = q0 + i / HD;
         var v = 0.0;
@@ -41,11 +45,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n_keys = step.pos0 + last_q + 1u;
     let q_pos = step.pos0 + q0 + qi;
     let q_ok = q0 + qi < step.n_tokens;
+    var first = 0u;
+    if WINDOW > 0u && step.pos0 + q0 + 1u > WINDOW {
+        first = step.pos0 + q0 + 1u - WINDOW;
+    }
     var m = NEG;
     var l = 0.0;
     var o: array<f32, 8>;
     var pj: array<f32, 16>;
-    for (var k0 = 0u; k0 < n_keys; k0 += BK) {
+    for (var k0 = first; k0 < n_keys; k0 += BK) {
         workgroupBarrier();
         for (var i = lid; i < BK * HD; i += 128u) {
             let p = k0 + i / HD;
@@ -57,14 +65,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         // One score per thread: query qi, key c.
-        var sc = NEG;
-        if q_ok && k0 + c <= q_pos {
-            sc = 0.0;
-            for (var d = 0u; d < HD; d++) {
-                sc += qs[qi * HD + d] * kv[c * HD + d];
+        if c < BK {
+            let p = k0 + c;
+            var sc = NEG;
+            if q_ok && p <= q_pos && (WINDOW == 0u || p + WINDOW > q_pos) {
+                sc = 0.0;
+                for (var d = 0u; d < HD; d++) {
+                    sc += qs[qi * HD + d] * kv[c * HD + d];
+                }
             }
+            s[qi * BK + c] = sc;
         }
-        s[qi * BK + c] = sc;
         workgroupBarrier();
         var mx = m;
         for (var j = 0u; j < BK; j++) {

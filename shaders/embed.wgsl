@@ -9,6 +9,7 @@
 override HIDDEN: u32;   // row length, a multiple of 32
 override ROW0: u32 = 0u; // first row in this part
 override ROWS: u32;      // rows in this part
+override SCALE: f32 = 1.0; // Gemma scales its embeddings by √hidden
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -24,8 +25,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let w = weight8(tok - ROW0, nb, b, p);
         let o = t * HIDDEN + b * 32u + p * 8u;
         for (var i = 0u; i < 4u; i++) {
-            out[o + i] = w.a[i];
-            out[o + 4u + i] = w.b[i];
+            out[o + i] = w.a[i] * SCALE;
+            out[o + 4u + i] = w.b[i] * SCALE;
         }
     }
 }

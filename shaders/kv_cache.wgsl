@@ -1,9 +1,11 @@
 // Included by the attention kernels: reading one layer's quantized KV cache (layout
-// and formats as written by kv_write.wgsl), dequantized value by value.
+// and formats as written by kv_write.wgsl), dequantized value by value. Position p
+// lives in slot p % SLOTS (a ring for sliding-window layers).
 
 override KV_FORMAT: u32 = 2u;
 override HD: u32;
 override NKV: u32;
+override SLOTS: u32;
 
 @group(0) @binding(1) var<storage, read> k_cache: array<u32>;
 @group(0) @binding(2) var<storage, read> v_cache: array<u32>;
@@ -38,7 +40,7 @@ fn kv_decode(word: u32, e: u32, scale: f32) -> f32 {
 }
 
 fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
-    let e = (pos * NKV + kvh) * HD + d;
+    let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
     var s = 0.0;
     if KV_FORMAT >= 2u {
         s = k_scales[kv_scale_index(e)];
@@ -47,7 +49,7 @@ fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
 }
 
 fn v_at(pos: u32, kvh: u32, d: u32) -> f32 {
-    let e = (pos * NKV + kvh) * HD + d;
+    let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
     var s = 0.0;
     if KV_FORMAT >= 2u {
         s = v_scales[kv_scale_index(e)];

@@ -1,5 +1,6 @@
 // Writes the new tokens' keys and values (from the fused qkv rows, after RoPE) into
-// one layer's KV cache, quantizing on the way.
+// one layer's KV cache, quantizing on the way. Position p goes to slot p % SLOTS: a
+// sliding-window layer keeps a ring of its window (plus a chunk), others every position.
 // KV_FORMAT 0: f32; 1: f16, two per word; 2: int8, four per word, one f32 scale per
 // (token, KV head); 3: int4, eight per word, one f32 scale per group of 32.
 
@@ -15,6 +16,7 @@ override HD: u32;          // a multiple of 32, at most 256
 override NH: u32;
 override NKV: u32;
 override QKV_STRIDE: u32;
+override SLOTS: u32;       // positions the cache holds
 
 var<workgroup> vals: array<f32, 256>;
 var<workgroup> amax: array<f32, 64>;
@@ -42,7 +44,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kvh = wid.y;
     let is_v = wid.z == 1u;
     let src = t * QKV_STRIDE + (NH + select(0u, NKV, is_v) + kvh) * HD;
-    let e0 = ((step.pos0 + t) * NKV + kvh) * HD; // first element in the cache
+    let slot = (step.pos0 + t) % SLOTS;
+    let e0 = (slot * NKV + kvh) * HD; // first element in the cache
     var m = 0.0;
     for (var i = lid; i < HD; i += 64u) {
         vals[i] = qkv[src + i];
@@ -68,7 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     mx = max(mx, amax[j]);
                 }
                 gscale[0] = mx / 127.0;
-                store_scale(is_v, (step.pos0 + t) * NKV + kvh, mx / 127.0);
+                store_scale(is_v, slot * NKV + kvh, mx / 127.0);
             }
             workgroupBarrier();
             let s = gscale[0];

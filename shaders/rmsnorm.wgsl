@@ -1,6 +1,7 @@
 // RMSNorm of each token's row: y = x / sqrt(mean(x²) + eps) · w.
 // With LAST_ONLY, only the last token's row is normalized (into row 0): the output
-// head needs no other.
+// head needs no other. With ACCUMULATE, y += the normalized row (Gemma's norms of the
+// attention and MLP outputs, fused with the residual add).
 
 #include "step.wgsl"
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -10,6 +11,7 @@
 override LEN: u32;
 override EPS: f32;
 override LAST_ONLY: bool = false;
+override ACCUMULATE: bool = false;
 
 var<workgroup> sums: array<f32, 256>;
 
@@ -32,6 +34,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let scale = inverseSqrt(sums[0] / f32(LEN) + EPS);
     for (var i = lid; i < LEN; i += 256u) {
-        y[yi + i] = x[xi + i] * scale * w[i];
+        let v = x[xi + i] * scale * w[i];
+        if ACCUMULATE {
+            y[yi + i] += v;
+        } else {
+            y[yi + i] = v;
+        }
     }
 }

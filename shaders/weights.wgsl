@@ -1,7 +1,9 @@
 // Included by the matmul and embedding kernels: weight rows as packed by
 // src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
 // FORMAT: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 palettized 4-bit, 6 palettized
-// 2-bit. Blocks hold 32 values.
+// 2-bit, 7 Q5_0, 8 Q5_1, 9 IQ4_NL, 10 Q2_K, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K.
+// Rows are walked in blocks of 32 values; a K-quant super-block is 8 such blocks
+// sharing 5 words of scales (d|dmin, then 16 sub-scale bytes).
 
 override FORMAT: u32 = 4u;
 // Palettes: rows sharing one table (f16 entries, two a word, in w_scales).
@@ -20,7 +22,10 @@ fn qs_words() -> u32 {
         case 0u: { return 32u; }
         case 1u: { return 16u; }
         case 2u: { return 8u; }
-        case 6u: { return 2u; }
+        case 14u: { return 6u; }
+        case 7u, 8u, 13u: { return 5u; }
+        case 11u: { return 3u; }
+        case 6u, 10u: { return 2u; }
         default: { return 4u; }
     }
 }
@@ -31,10 +36,35 @@ fn half_scale(blk: u32) -> f32 {
     return select(h.x, h.y, (blk & 1u) == 1u);
 }
 
+fn nibbles_u(w: u32, shift: u32) -> vec4<u32> {
+    return (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + shift)) & vec4<u32>(15u);
+}
+
 fn nibbles(w: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>(vec4<u32>(
-        (w >> shift) & 15u, (w >> (shift + 8u)) & 15u,
-        (w >> (shift + 16u)) & 15u, (w >> (shift + 24u)) & 15u));
+    return vec4<f32>(nibbles_u(w, shift));
+}
+
+// Values 8p..8p+7 of a block whose 32 nibbles follow Q4_0 (byte j: value j low, j + 16
+// high), the block's words starting at `base`.
+fn nibbles8(base: u32, part: u32) -> W8 {
+    let o = base + (part % 2u) * 2u;
+    let shift = select(0u, 4u, part >= 2u);
+    return W8(nibbles(w_qs[o], shift), nibbles(w_qs[o + 1u], shift));
+}
+
+// Eight one-bit values: bits first..first+7 of w.
+fn bits8(w: u32, first: u32) -> W8 {
+    let s = vec4<u32>(0u, 1u, 2u, 3u) + first;
+    return W8(vec4<f32>((vec4<u32>(w) >> s) & vec4<u32>(1u)),
+              vec4<f32>((vec4<u32>(w) >> (s + 4u)) & vec4<u32>(1u)));
+}
+
+// Eight two-bit values of part `part` from 2-bit words at `base` (value e at bits
+// 2(e % 16) of word e / 16).
+fn crumbs8(base: u32, part: u32) -> W8 {
+    let w = vec4<u32>(w_qs[base + part / 2u]);
+    let s = vec4<u32>(0u, 2u, 4u, 6u) + (part % 2u) * 16u;
+    return W8(vec4<f32>((w >> s) & vec4<u32>(3u)), vec4<f32>((w >> (s + 8u)) & vec4<u32>(3u)));
 }
 
 fn bytes_i8(w: u32) -> vec4<f32> {
@@ -44,12 +74,30 @@ fn bytes_i8(w: u32) -> vec4<f32> {
         extractBits(s, 16u, 8u), extractBits(s, 24u, 8u)));
 }
 
+// K-quants: sub-scale byte i of super-block sb, unsigned and signed.
+fn k_byte(sb: u32, i: u32) -> u32 {
+    return (w_scales[sb * 5u + 1u + i / 4u] >> (8u * (i % 4u))) & 255u;
+}
+
+fn k_sbyte(sb: u32, i: u32) -> f32 {
+    return f32(extractBits(bitcast<i32>(w_scales[sb * 5u + 1u + i / 4u]), 8u * (i % 4u), 8u));
+}
+
 // The current row group's table, held in registers: a thread reads one row's blocks
-// in turn, so it is loaded once per row (group) rather than once per weight.
+// in turn, so it is loaded once per row (group) rather than once per weight. IQ4_NL's
+// fixed levels use the same table.
 var<private> lut: array<f32, 16>;
 var<private> lut_group: u32 = 0xffffffffu;
 
 fn load_lut(row: u32) {
+    if FORMAT == 9u {
+        if lut_group != 0u {
+            lut_group = 0u;
+            lut = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+        }
+        return;
+    }
     let g = row / LUT_ROWS;
     if g == lut_group {
         return;
@@ -91,6 +139,47 @@ fn lut8(w: u32, shift: u32, width: u32) -> W8 {
     return W8(pick((vec4<u32>(w) >> s) & m), pick((vec4<u32>(w) >> (s + 4u * width)) & m));
 }
 
+// K-quant blocks: values 8p..8p+7 of block `blk` (super-block blk / 8).
+fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
+    let sb = blk / 8u;
+    let j = blk % 8u;
+    let dm = unpack2x16float(w_scales[sb * 5u]);
+    // Q2_K, Q3_K and Q6_K scale 16 values at a time: sub-scale 2j + part / 2.
+    let s16 = 2u * j + part / 2u;
+    switch FORMAT {
+        case 10u: {
+            let sc = k_byte(sb, s16);
+            let dl = dm.x * f32(sc & 15u);
+            let ml = dm.y * f32(sc >> 4u);
+            let q = crumbs8(base, part);
+            return W8(q.a * dl - ml, q.b * dl - ml);
+        }
+        case 11u: {
+            let dl = dm.x * k_sbyte(sb, s16);
+            let q = crumbs8(base, part);
+            let h = bits8(w_qs[base + 2u], part * 8u);
+            return W8((q.a + 4.0 * h.a - 4.0) * dl, (q.b + 4.0 * h.b - 4.0) * dl);
+        }
+        case 14u: {
+            let dl = dm.x * k_sbyte(sb, s16);
+            let q = nibbles8(base, part);
+            let h = crumbs8(base + 4u, part);
+            return W8((q.a + 16.0 * h.a - 32.0) * dl, (q.b + 16.0 * h.b - 32.0) * dl);
+        }
+        default: {
+            // Q4_K, Q5_K: a 6-bit scale and minimum per block.
+            let d1 = dm.x * f32(k_byte(sb, j));
+            let m1 = dm.y * f32(k_byte(sb, 8u + j));
+            var q = nibbles8(base, part);
+            if FORMAT == 13u {
+                let h = bits8(w_qs[base + 4u], part * 8u);
+                q = W8(q.a + 16.0 * h.a, q.b + 16.0 * h.b);
+            }
+            return W8(q.a * d1 - m1, q.b * d1 - m1);
+        }
+    }
+}
+
 // Values part*8 .. part*8+7 of block `b` of row `row` (rows of `nb` blocks; part 0..3).
 fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
     let blk = row * nb + b;
@@ -123,18 +212,37 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
             let d = half_scale(blk);
             return W8(bytes_i8(w_qs[o]) * d, bytes_i8(w_qs[o + 1u]) * d);
         }
-        default: {
-            // 4-bit: byte j holds value j (low nibble) and j + 16 (high nibble).
-            let o = base + (part % 2u) * 2u;
-            let shift = select(0u, 4u, part >= 2u);
-            let a = nibbles(w_qs[o], shift);
-            let b = nibbles(w_qs[o + 1u], shift);
-            if FORMAT == 3u {
+        case 7u, 8u: {
+            let q = nibbles8(base, part);
+            let h = bits8(w_qs[base + 4u], part * 8u);
+            let a = q.a + 16.0 * h.a;
+            let b = q.b + 16.0 * h.b;
+            if FORMAT == 7u {
                 let d = half_scale(blk);
-                return W8((a - 8.0) * d, (b - 8.0) * d);
+                return W8((a - 16.0) * d, (b - 16.0) * d);
             }
             let dm = unpack2x16float(w_scales[blk]);
             return W8(a * dm.x + dm.y, b * dm.x + dm.y);
+        }
+        case 9u: {
+            load_lut(row);
+            let o = base + (part % 2u) * 2u;
+            let shift = select(0u, 4u, part >= 2u);
+            let d = half_scale(blk);
+            return W8(pick(nibbles_u(w_qs[o], shift)) * d, pick(nibbles_u(w_qs[o + 1u], shift)) * d);
+        }
+        case 10u, 11u, 12u, 13u, 14u: {
+            return k_quant8(blk, base, part);
+        }
+        default: {
+            // Q4_0, Q4_1: byte j holds value j (low nibble) and j + 16 (high nibble).
+            let q = nibbles8(base, part);
+            if FORMAT == 3u {
+                let d = half_scale(blk);
+                return W8((q.a - 8.0) * d, (q.b - 8.0) * d);
+            }
+            let dm = unpack2x16float(w_scales[blk]);
+            return W8(q.a * dm.x + dm.y, q.b * dm.x + dm.y);
         }
     }
 }

@@ -392,18 +392,19 @@ fn unsupported_tensor_types_and_corrupt_inputs_are_clear_errors_without_output()
     };
     let log = &mut |_: &str| {};
 
-    write_gguf(&dir.join("q5.gguf"), &tensors, &meta, |n| {
+    // Q8_1 is a GGML type (ggml's activations) no model file stores weights in.
+    write_gguf(&dir.join("q8_1.gguf"), &tensors, &meta, |n| {
         if n == "blk.1.ffn_up.weight" {
-            GgmlType::Q5_0
+            GgmlType::Q8_1
         } else {
             GgmlType::F32
         }
     });
-    let e = convert::convert(&dir.join("q5.gguf"), &out, &four_bits(), log)
+    let e = convert::convert(&dir.join("q8_1.gguf"), &out, &four_bits(), log)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("blk.1.ffn_up.weight") && e.contains("Q5_0"),
+        e.contains("blk.1.ffn_up.weight") && e.contains("Q8_1"),
         "{e}"
     );
     nothing_written();

@@ -6,9 +6,10 @@
 mod common;
 
 use common::gpu::{ctx, max_diff, values};
+use pippin::kernels::elementwise::NormOut;
 use pippin::kernels::{attention, elementwise, sample};
 use pippin::model::reference::{self, AttnShape};
-use pippin::model::{Arch, Config, RopeStyle};
+use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::kv::{round_trip, KvFormat};
 use pippin::sampler::{Sampler, SamplerOptions};
 
@@ -21,21 +22,14 @@ fn config(
 ) -> Config {
     Config {
         arch: Arch::Llama,
-        n_layers: 1,
         n_heads,
         n_kv_heads,
         head_dim,
         hidden: n_heads * head_dim,
-        ffn_dim: 64,
-        vocab_size: 64,
-        rms_eps: 1e-5,
-        rope_theta: 10_000.0,
         rope_dim,
         rope_style: style,
-        rope_freq_factors: false,
-        context_length: 4096,
-        tied_embeddings: true,
-        qk_norm: false,
+        attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        ..Config::default()
     }
 }
 
@@ -48,7 +42,8 @@ fn rmsnorm_rows_and_last_only() {
         let (xb, wb, yb) = (c.buf(&x), c.buf(&w), c.zeros(len * rows));
         let step = c.step(rows, 0);
         c.run(|p| {
-            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, false).unwrap()
+            let out = NormOut::default();
+            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
         });
         let want = reference::rmsnorm(&x, &w, 1e-5);
         assert!(
@@ -57,9 +52,28 @@ fn rmsnorm_rows_and_last_only() {
         );
         let last = c.zeros(len);
         c.run(|p| {
-            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &last, len, 1e-5, rows, true).unwrap()
+            let out = NormOut {
+                last_only: true,
+                accumulate: false,
+            };
+            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &last, len, 1e-5, rows, out).unwrap()
         });
         assert!(max_diff(&c.read(&last, len), &want[(rows - 1) * len..]) < 1e-5);
+        // Accumulating (Gemma's post norms): y = y0 + norm(x)·w.
+        let y0 = values(len * rows, 77);
+        let acc = c.buf(&y0);
+        c.run(|p| {
+            let out = NormOut {
+                last_only: false,
+                accumulate: true,
+            };
+            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &acc, len, 1e-5, rows, out).unwrap()
+        });
+        let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+        assert!(
+            max_diff(&c.read(&acc, len * rows), &sum) < 1e-5,
+            "accumulate {len}"
+        );
     }
 }
 
@@ -77,7 +91,7 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
         let stride = cfg.q_dim() + 2 * cfg.kv_dim();
         let qkv = values(t * stride, 11);
         let (qn, kn) = (values(cfg.head_dim, 12), values(cfg.head_dim, 13));
-        let freqs = reference::rope_freqs(&cfg, None);
+        let freqs = reference::rope_freqs(&cfg, None, 0);
         let table = c.buf(&elementwise::rope_table(&cfg, &freqs, pos0 + t));
         let (qb, qnb, knb) = (c.buf(&qkv), c.buf(&qn), c.buf(&kn));
         let step = c.step(t, pos0);
@@ -124,45 +138,67 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
     }
 }
 
+/// SwiGLU and GeGLU (tanh GELU), with gate values far out in both tails.
 #[test]
-fn swiglu_matches() {
+fn gated_activations_match() {
     let c = ctx();
-    for (f, t) in [(1536, 1), (7, 3), (100, 11)] {
-        let gu = values(t * 2 * f, 4)
-            .iter()
-            .map(|v| v * 8.0)
-            .collect::<Vec<_>>();
-        let (gb, ab) = (c.buf(&gu), c.zeros(t * f));
-        let step = c.step(t, 0);
-        c.run(|p| elementwise::swiglu(&c.k, p, &step, &gb, &ab, f, t).unwrap());
-        let want: Vec<f32> = gu
-            .chunks(2 * f)
-            .flat_map(|r| reference::swiglu(&r[..f], &r[f..]))
-            .collect();
-        assert!(max_diff(&c.read(&ab, t * f), &want) < 1e-5);
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        for (f, t) in [(1536, 1), (7, 3), (100, 11)] {
+            let gu = values(t * 2 * f, 4)
+                .iter()
+                .map(|v| v * 12.0)
+                .collect::<Vec<_>>();
+            let (gb, ab) = (c.buf(&gu), c.zeros(t * f));
+            let step = c.step(t, 0);
+            c.run(|p| elementwise::glu(&c.k, p, &step, act, &gb, &ab, f, t).unwrap());
+            let want: Vec<f32> = gu
+                .chunks(2 * f)
+                .flat_map(|r| reference::glu(act, &r[..f], &r[f..]))
+                .collect();
+            let d = max_diff(&c.read(&ab, t * f), &want);
+            assert!(d < 1e-4, "{act:?} f {f} t {t}: {d}");
+        }
     }
 }
 
-/// Writes `kv_len` tokens of K/V through kv_write, then runs attention for the last
-/// `t` tokens (decode when t = 1, else prefill); returns (gpu, cpu on the round-tripped
-/// cache, cpu in f32).
 fn attention_case(
     cfg: &Config,
     format: KvFormat,
     kv_len: usize,
     t: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    windowed_attention_case(cfg, format, kv_len, t, 0)
+}
+
+/// Writes `kv_len` tokens of K/V through kv_write, then runs attention for the last
+/// `t` tokens (decode when t = 1, else prefill); returns (gpu, cpu on the round-tripped
+/// cache, cpu in f32). With a `window`, keys are a ring of window + 64 slots (the
+/// engine's sliding-window cache with 64-token chunks).
+fn windowed_attention_case(
+    cfg: &Config,
+    format: KvFormat,
+    kv_len: usize,
+    t: usize,
+    window: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let c = ctx();
     let stride = cfg.q_dim() + 2 * cfg.kv_dim();
     let qkv = values(kv_len * stride, (kv_len * 7 + t) as u64);
-    let cache = attention::LayerCache::new(&c.gpu, cfg, format, kv_len).unwrap();
+    let cache =
+        attention::LayerCache::with_window(&c.gpu, cfg, format, kv_len, window, 64).unwrap();
+    if window > 0 && kv_len > window + 64 {
+        assert!(cache.slots < kv_len, "the ring must wrap in this case");
+    }
     let (qkv_b, out) = (c.buf(&qkv), c.zeros(t * cfg.q_dim()));
-    // The prefix and the new tokens are written as two steps, as the engine does.
+    // The prefix in chunks of at most 64 (a ring slot is written once per dispatch),
+    // then the new tokens, as the engine does.
     let prefix = kv_len - t;
-    for (n, pos0) in [(prefix, 0), (t, prefix)] {
-        if n == 0 {
-            continue;
-        }
+    let mut steps: Vec<(usize, usize)> = (0..prefix)
+        .step_by(64)
+        .map(|p0| ((prefix - p0).min(64), p0))
+        .collect();
+    steps.push((t, prefix));
+    for (n, pos0) in steps {
         let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
         c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &rows, &cache, n).unwrap());
@@ -205,6 +241,8 @@ fn attention_case(
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
+            scale: cfg.attn_scale,
+            window: if window > 0 { window } else { usize::MAX },
         };
         reference::attention(&q, &k, &v, kv_len, s)
     };
@@ -226,8 +264,46 @@ fn decode_attention_over_split_boundaries_and_groups() {
 #[test]
 fn decode_attention_long_context() {
     let cfg = config(4, 2, 64, RopeStyle::Adjacent, 64);
-    let (got, want, _) = attention_case(&cfg, KvFormat::F32, 3000, 1);
-    assert!(max_diff(&got, &want) < 1e-5);
+    for kv_len in [2047, 2049, 3000] {
+        let (got, want, _) = attention_case(&cfg, KvFormat::F32, kv_len, 1);
+        assert!(max_diff(&got, &want) < 1e-5, "kv_len {kv_len}");
+    }
+}
+
+/// Gemma 3's shape: 4 query heads of 256 over one KV head, a scale of its own.
+#[test]
+fn attention_with_heads_of_256() {
+    let mut cfg = config(4, 1, 256, RopeStyle::HalfSplit, 256);
+    cfg.attn_scale = 0.0625;
+    for (kv_len, t) in [(1, 1), (65, 1), (130, 1), (9, 9), (40, 13), (70, 5)] {
+        for format in [KvFormat::F32, KvFormat::Int8] {
+            let (got, want, _) = attention_case(&cfg, format, kv_len, t);
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "{format:?} kv_len {kv_len} t {t}: {d}");
+        }
+    }
+}
+
+/// Sliding-window attention over a ring cache (window + 64 slots): decode and prefill,
+/// windows shorter and longer than the context, the ring wrapped several times, a
+/// window that is not a multiple of anything.
+#[test]
+fn sliding_window_attention_over_a_ring_cache() {
+    for (h, kvh, hd) in [(4, 1, 256), (9, 3, 64)] {
+        let cfg = config(h, kvh, hd, RopeStyle::HalfSplit, hd);
+        for window in [1, 7, 64, 100] {
+            for (kv_len, t) in [(5, 1), (300, 1), (301, 1), (70, 9), (400, 64), (257, 30)] {
+                for format in [KvFormat::F32, KvFormat::Int8] {
+                    let (got, want, _) = windowed_attention_case(&cfg, format, kv_len, t, window);
+                    let d = max_diff(&got, &want);
+                    assert!(
+                        d < 1e-4,
+                        "heads {h}/{kvh} hd {hd} window {window} kv_len {kv_len} t {t} {format:?}: {d}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]

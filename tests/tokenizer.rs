@@ -129,3 +129,49 @@ fn tokenizer_json_from_gguf_equals_gguf_built_one() {
         tokenizer().encode(text, true).unwrap()
     );
 }
+
+fn gemma_tokenizer() -> &'static Tokenizer {
+    static T: OnceLock<Tokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let (g, _) = Gguf::open(&common::gemma_path()).unwrap();
+        Tokenizer::from_gguf(&g.metadata).unwrap()
+    })
+}
+
+/// Gemma 3's SentencePiece vocabulary (262,144 tokens, byte fallback, no space
+/// prefix) against llama.cpp's ids for the reference's 20 cases, with and without
+/// special-token parsing; BOS is added as the file says.
+#[test]
+fn sentencepiece_cases_encode_to_llama_cpp_ids() {
+    let t = gemma_tokenizer();
+    let refdata = testdata("gemma3-reference.json");
+    let cases = refdata["tokenizer_cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 20);
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        assert_eq!(
+            t.encode(text, false).unwrap(),
+            ids(&c["ids_no_bos"]),
+            "plain {text:?}"
+        );
+        assert_eq!(
+            t.encode(text, true).unwrap(),
+            ids(&c["ids_special"]),
+            "special {text:?}"
+        );
+        assert_eq!(
+            t.decode(&ids(&c["ids_no_bos"]), false).unwrap(),
+            text,
+            "decoding {text:?}"
+        );
+    }
+    for r in refdata["results"].as_array().unwrap() {
+        let prompt = r["prompt"].as_str().unwrap();
+        assert_eq!(
+            t.encode_prompt(prompt, false).unwrap(),
+            ids(&r["prompt_token_ids"]),
+            "prompt {:?}",
+            r["name"]
+        );
+    }
+}

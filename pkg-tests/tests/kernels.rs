@@ -8,7 +8,7 @@ use pippin::kernels::attention::{self, LayerCache};
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::{elementwise, sample, Kernels, Step};
 use pippin::model::reference::{self, AttnShape};
-use pippin::model::{Arch, Config, RopeStyle};
+use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::gpu_layout::pack_palette;
 use pippin::quant::kv::{round_trip, KvFormat};
 use pippin::quant::palette::palettize;
@@ -23,13 +23,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
 }
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+/// NaN- and length-aware (see `pippin::testing`): NaN fails every `<` check.
+use pippin::testing::max_abs_diff as max_diff;
 
 struct Ctx {
     gpu: Gpu,
@@ -124,7 +119,7 @@ async fn palettized_matmul_2_and_4_bit() {
 }
 
 #[wasm_bindgen_test]
-async fn rmsnorm_and_swiglu() {
+async fn rmsnorm_and_gated_activations() {
     let c = ctx().await;
     let (len, rows) = (576, 3);
     let (x, w) = (values(len * rows, 1), values(len, 2));
@@ -134,7 +129,10 @@ async fn rmsnorm_and_swiglu() {
         c.gpu.storage("y", (len * rows * 4) as u64).unwrap(),
     );
     let step = c.step(rows, 0);
-    c.run(|p| elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, false).unwrap());
+    c.run(|p| {
+        let out = elementwise::NormOut::default();
+        elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
+    });
     assert!(
         max_diff(
             &c.read(&yb, len * rows).await,
@@ -147,12 +145,14 @@ async fn rmsnorm_and_swiglu() {
         c.buf(&gu),
         c.gpu.storage("a", (f * rows * 4) as u64).unwrap(),
     );
-    c.run(|p| elementwise::swiglu(&c.k, p, &step, &gb, &ab, f, rows).unwrap());
-    let want: Vec<f32> = gu
-        .chunks(2 * f)
-        .flat_map(|r| reference::swiglu(&r[..f], &r[f..]))
-        .collect();
-    assert!(max_diff(&c.read(&ab, f * rows).await, &want) < 1e-5);
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        c.run(|p| elementwise::glu(&c.k, p, &step, act, &gb, &ab, f, rows).unwrap());
+        let want: Vec<f32> = gu
+            .chunks(2 * f)
+            .flat_map(|r| reference::glu(act, &r[..f], &r[f..]))
+            .collect();
+        assert!(max_diff(&c.read(&ab, f * rows).await, &want) < 1e-5, "{act:?}");
+    }
 }
 
 #[wasm_bindgen_test]
@@ -160,21 +160,15 @@ async fn attention_decode_and_prefill_over_int8_kv() {
     let c = ctx().await;
     let cfg = Config {
         arch: Arch::Llama,
-        n_layers: 1,
         n_heads: 9,
         n_kv_heads: 3,
         head_dim: 64,
         hidden: 576,
-        ffn_dim: 64,
-        vocab_size: 64,
-        rms_eps: 1e-5,
-        rope_theta: 1e4,
         rope_dim: 64,
         rope_style: RopeStyle::Adjacent,
-        rope_freq_factors: false,
         context_length: 256,
-        tied_embeddings: true,
-        qk_norm: false,
+        attn_scale: 0.125,
+        ..Config::default()
     };
     let stride = cfg.q_dim() + 2 * cfg.kv_dim();
     for (kv_len, t) in [(70, 1), (40, 9)] {
@@ -246,6 +240,8 @@ async fn attention_decode_and_prefill_over_int8_kv() {
             n_heads: 9,
             n_kv_heads: 3,
             head_dim: 64,
+            scale: 0.125,
+            window: usize::MAX,
         };
         let want = reference::attention(&q, &k, &v, kv_len, s);
         let d = max_diff(&c.read(&out, t * cfg.q_dim()).await, &want);

@@ -8,7 +8,7 @@
 
 use super::gptq;
 use crate::error::{Error, Result};
-use crate::model::reference::{embed, KvCache, Reference, Site};
+use crate::model::reference::{KvCache, Reference, Site};
 use crate::model::weights::Layer;
 use crate::quant::palette::{bits_per_weight, palettize_weighted, Palettized};
 use rayon::prelude::*;
@@ -98,7 +98,7 @@ impl Calibration {
         }
         let n = tokens.len();
         let ns = sensitivity_tokens.clamp(2, n);
-        let mut x = embed(&r.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        let mut x = r.embed(tokens)?;
         let mut cache = KvCache::new(c);
         let mut hessians: HashMap<(usize, Site), Vec<f32>> = HashMap::new();
         let mut importance = HashMap::new();

@@ -6,7 +6,6 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::{attention, Kernels};
-use crate::model::reference::rope_freqs;
 use crate::model::weights::{global_specs, layer_specs, locate, Stored, TensorSpec};
 use crate::model::Config;
 use crate::quant::{self, gpu_layout};
@@ -24,6 +23,8 @@ pub struct GpuLayer {
     pub up: GpuMatrix,
     pub down: GpuMatrix,
     pub qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Gemma's norms of the attention and MLP outputs (before the residual adds).
+    pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
 /// Device, kernels and weights: what every session of one model shares.
@@ -36,8 +37,8 @@ pub struct GpuModel {
     pub head: Option<GpuMatrix>,
     pub output_norm: wgpu::Buffer,
     pub layers: Vec<GpuLayer>,
-    /// Inverse RoPE frequencies (with Llama 3 factors when the model has them).
-    pub rope_freqs: Vec<f32>,
+    /// Llama 3's per-frequency RoPE divisors (`rope_freqs.weight`), when present.
+    pub rope_factors: Option<Vec<f32>>,
     pub weight_bytes: u64,
 }
 
@@ -82,7 +83,15 @@ fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
 }
 
 fn upload(gpu: &Gpu, t: &TensorInfo, s: &TensorSpec, bytes: &[u8]) -> Result<Uploaded> {
-    Ok(if s.rows == 1 {
+    if !t.ty.can_dequantize() {
+        return Err(Error::unsupported(format!(
+            "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
+            t.name,
+            t.ty,
+            quant::DECODABLE
+        )));
+    }
+    Ok(if !s.matrix {
         let v = quant::dequantize(t.ty, bytes, t.n_elements as usize)?;
         Uploaded::Vector(gpu.upload_f32(&t.name, &v)?, v)
     } else {
@@ -291,29 +300,31 @@ impl GpuModel {
             up.remove(name)
                 .ok_or_else(|| Error::gguf(format!("tensor {name} was not read")))
         };
+        // `upload` makes each tensor what its spec says; a mismatch is a bug, reported
+        // as an error rather than a panic.
         let matrix = |u: Uploaded| match u {
-            Uploaded::Matrix(m) => m,
-            Uploaded::Vector(..) => unreachable!("matrix specs have rows > 1"),
+            Uploaded::Matrix(m) => Ok(m),
+            Uploaded::Vector(..) => Err(Error::gguf("a matrix was uploaded as a vector")),
         };
         let vector = |u: Uploaded| match u {
-            Uploaded::Vector(b, v) => (b, v),
-            Uploaded::Matrix(_) => unreachable!("vector specs have one row"),
+            Uploaded::Vector(b, v) => Ok((b, v)),
+            Uploaded::Matrix(_) => Err(Error::gguf("a vector was uploaded as a matrix")),
         };
-        let embed = matrix(take("token_embd.weight")?);
-        let output_norm = vector(take("output_norm.weight")?).0;
+        let embed = matrix(take("token_embd.weight")?)?;
+        let output_norm = vector(take("output_norm.weight")?)?.0;
         let head = if config.tied_embeddings {
             None
         } else {
-            Some(matrix(take("output.weight")?))
+            Some(matrix(take("output.weight")?)?)
         };
-        let factors = if config.rope_freq_factors {
-            Some(vector(take("rope_freqs.weight")?).1)
+        let rope_factors = if config.rope_freq_factors {
+            Some(vector(take("rope_freqs.weight")?)?.1)
         } else {
             None
         };
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
-            let mut m = |s: &str| Ok::<_, Error>(matrix(take(&format!("blk.{i}.{s}.weight"))?));
+            let mut m = |s: &str| matrix(take(&format!("blk.{i}.{s}.weight"))?);
             let (wq, wk, wv, wo, gate, up_, down) = (
                 m("attn_q")?,
                 m("attn_k")?,
@@ -323,9 +334,14 @@ impl GpuModel {
                 m("ffn_up")?,
                 m("ffn_down")?,
             );
-            let mut v = |s: &str| Ok::<_, Error>(vector(take(&format!("blk.{i}.{s}.weight"))?).0);
+            let mut v = |s: &str| Ok::<_, Error>(vector(take(&format!("blk.{i}.{s}.weight"))?)?.0);
             let qk_norm = if config.qk_norm {
                 Some((v("attn_q_norm")?, v("attn_k_norm")?))
+            } else {
+                None
+            };
+            let post_norms = if config.post_norms {
+                Some((v("post_attention_norm")?, v("post_ffw_norm")?))
             } else {
                 None
             };
@@ -340,9 +356,9 @@ impl GpuModel {
                 up: up_,
                 down,
                 qk_norm,
+                post_norms,
             });
         }
-        let rope_freqs = rope_freqs(&config, factors.as_deref());
         let mats = layers
             .iter()
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
@@ -360,7 +376,7 @@ impl GpuModel {
             head,
             output_norm,
             layers,
-            rope_freqs,
+            rope_factors,
             weight_bytes,
         })
     }

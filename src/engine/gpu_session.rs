@@ -8,9 +8,11 @@ use super::{Backend, Logits, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache, CHUNK};
+use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, GpuMatrix, Io};
 use crate::kernels::sample::{self, TopK};
-use crate::kernels::{elementwise, Step};
+use crate::kernels::Step;
+use crate::model::reference::rope_freqs;
 use crate::quant::kv::KvFormat;
 
 #[derive(Clone, Debug)]
@@ -46,7 +48,9 @@ struct Buffers {
     last: wgpu::Buffer,
     logits: wgpu::Buffer,
     penalty_ids: wgpu::Buffer,
-    rope: wgpu::Buffer,
+    /// (cos, sin) tables: [global layers, sliding-window layers] (the same table twice
+    /// when the model has one RoPE).
+    rope: [wgpu::Buffer; 2],
     /// A·x of a LoRA update, for up to `chunk` tokens and rank 256.
     lora_t: wgpu::Buffer,
 }
@@ -61,6 +65,8 @@ pub struct GpuSession {
     tokens: Vec<u32>,
     /// The adapter the KV cache was computed with (0 = none).
     adapter_id: u64,
+    /// The first position the ring caches of sliding-window layers still hold.
+    ring_lo: usize,
 }
 
 impl GpuSession {
@@ -72,7 +78,22 @@ impl GpuSession {
         opts.chunk = opts.chunk.clamp(1, 256);
         let (n, f4) = (opts.chunk as u64, 4u64);
         let splits = opts.max_context.div_ceil(CHUNK as usize) as u64;
-        let table = elementwise::rope_table(c, &m.rope_freqs, opts.max_context);
+        let factors = m.rope_factors.as_deref();
+        // One table per kind of layer there is (global, sliding-window).
+        let table = |l: usize| {
+            let freqs = rope_freqs(c, factors, l);
+            g.upload_f32(
+                "rope table",
+                &elementwise::rope_table(c, &freqs, opts.max_context),
+            )
+        };
+        let global = (0..c.n_layers).find(|&l| !c.is_sliding(l));
+        let local = (0..c.n_layers).find(|&l| c.is_sliding(l));
+        let rope_global = table(global.or(local).unwrap_or(0))?;
+        let rope_local = match (local, global) {
+            (Some(l), Some(_)) => table(l)?,
+            _ => rope_global.clone(),
+        };
         let b = Buffers {
             step: g.uniform("step", bytemuck::bytes_of(&Step::default())),
             tokens: g.storage("tokens", n * 4)?,
@@ -89,11 +110,14 @@ impl GpuSession {
             last: g.storage("last hidden", c.hidden as u64 * f4)?,
             logits: g.storage("logits", c.vocab_size as u64 * f4)?,
             penalty_ids: g.storage("penalty ids", (MAX_PENALTY_IDS as u64 + 1) * 4)?,
-            rope: g.upload_f32("rope table", &table)?,
+            rope: [rope_global, rope_local],
             lora_t: g.storage("LoRA A·x", n * 256 * f4)?,
         };
         let cache = (0..c.n_layers)
-            .map(|_| LayerCache::new(g, c, opts.kv, opts.max_context))
+            .map(|l| {
+                let window = if c.is_sliding(l) { c.sliding_window } else { 0 };
+                LayerCache::with_window(g, c, opts.kv, opts.max_context, window, opts.chunk)
+            })
             .collect::<Result<Vec<_>>>()?;
         let topk = TopK::new(g, c.vocab_size)?;
         g.take_error()?;
@@ -104,6 +128,7 @@ impl GpuSession {
             topk,
             tokens: Vec::new(),
             adapter_id: 0,
+            ring_lo: 0,
         })
     }
 
@@ -119,6 +144,42 @@ impl GpuSession {
     /// Forgets the conversation; the next call starts from position 0.
     pub fn clear(&mut self) {
         self.tokens.clear();
+        self.ring_lo = 0;
+    }
+
+    /// Keeps the first `len` cached tokens. Entries past `len` are overwritten before
+    /// they are read again; but a sliding-window layer's ring may no longer hold the
+    /// window behind `len` (it was overwritten by later positions): then the whole
+    /// conversation is run again.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.tokens.len() {
+            return;
+        }
+        let needs = self
+            .cache
+            .iter()
+            .filter(|c| c.window > 0)
+            .map(|c| (len + 1).saturating_sub(c.window))
+            .min();
+        if needs.is_some_and(|first| self.ring_lo > first) {
+            self.clear();
+        } else {
+            self.tokens.truncate(len);
+        }
+    }
+
+    /// Records that positions up to `end` were written: a ring of `slots` positions
+    /// now holds only the last `slots` of them.
+    fn wrote(&mut self, end: usize) {
+        if let Some(slots) = self
+            .cache
+            .iter()
+            .filter(|c| c.window > 0)
+            .map(|c| c.slots)
+            .min()
+        {
+            self.ring_lo = self.ring_lo.max(end.saturating_sub(slots));
+        }
     }
 
     pub fn kv_bytes(&self) -> u64 {
@@ -172,25 +233,27 @@ impl GpuSession {
         let (qd, kd, f, h) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.hidden);
         let qkv_stride = qd + 2 * kd;
         let (kv, step) = (self.opts.kv, &b.step);
-        matmul::embed(k, pass, step, &m.embed, &b.tokens, &b.x, n)?;
+        let norm = |pass: &mut wgpu::ComputePass, w, x, y, accumulate| {
+            let out = NormOut {
+                last_only: false,
+                accumulate,
+            };
+            elementwise::rmsnorm(k, pass, step, w, x, y, h, c.rms_eps, n, out)
+        };
+        matmul::embed(k, pass, step, &m.embed, &b.tokens, &b.x, n, c.embed_scale)?;
         for (l, w) in m.layers.iter().enumerate() {
             let lora = |i: usize| {
                 adapter
                     .and_then(|a| a.layers.get(l))
                     .and_then(|ls| ls[i].as_ref())
             };
-            elementwise::rmsnorm(
-                k,
-                pass,
-                step,
-                &w.attn_norm,
-                &b.x,
-                &b.h,
-                h,
-                c.rms_eps,
-                n,
-                false,
-            )?;
+            // A layer's outputs are added to x, or (with Gemma's post norms) written
+            // to h, normalized and then added.
+            let residual = |accumulate_to_x: bool| match w.post_norms {
+                Some(_) => (&b.h, false),
+                None => (&b.x, accumulate_to_x),
+            };
+            norm(pass, &w.attn_norm, &b.x, &b.h, false)?;
             for (i, (mat, off)) in [(&w.wq, 0), (&w.wk, qd), (&w.wv, qd + kd)]
                 .into_iter()
                 .enumerate()
@@ -206,7 +269,8 @@ impl GpuSession {
                 self.project(m, pass, mat, lora(i), &io, n)?;
             }
             let norms = w.qk_norm.as_ref().map(|(q, kk)| (q, kk));
-            elementwise::rope(k, pass, step, c, &b.rope, &b.qkv, norms, n)?;
+            let table = &b.rope[c.is_sliding(l) as usize];
+            elementwise::rope(k, pass, step, c, table, &b.qkv, norms, n)?;
             attention::kv_write(k, pass, step, c, kv, &b.qkv, &self.cache[l], n)?;
             if n == 1 {
                 attention::decode(
@@ -224,27 +288,20 @@ impl GpuSession {
             } else {
                 attention::prefill(k, pass, step, c, kv, &b.qkv, &self.cache[l], &b.att, n)?;
             }
+            let (y, accumulate) = residual(true);
             let io = Io {
                 x: &b.att,
                 x_stride: qd,
-                y: &b.x,
+                y,
                 y_stride: h,
                 y_offset: 0,
-                accumulate: true,
+                accumulate,
             };
             self.project(m, pass, &w.wo, lora(3), &io, n)?;
-            elementwise::rmsnorm(
-                k,
-                pass,
-                step,
-                &w.ffn_norm,
-                &b.x,
-                &b.h,
-                h,
-                c.rms_eps,
-                n,
-                false,
-            )?;
+            if let Some((post_attn, _)) = &w.post_norms {
+                norm(pass, post_attn, &b.h, &b.x, true)?;
+            }
+            norm(pass, &w.ffn_norm, &b.x, &b.h, false)?;
             for (i, (mat, off)) in [(&w.gate, 0), (&w.up, f)].into_iter().enumerate() {
                 let io = Io {
                     x: &b.h,
@@ -256,16 +313,20 @@ impl GpuSession {
                 };
                 self.project(m, pass, mat, lora(4 + i), &io, n)?;
             }
-            elementwise::swiglu(k, pass, step, &b.gu, &b.act, f, n)?;
+            elementwise::glu(k, pass, step, c.activation, &b.gu, &b.act, f, n)?;
+            let (y, accumulate) = residual(true);
             let io = Io {
                 x: &b.act,
                 x_stride: f,
-                y: &b.x,
+                y,
                 y_stride: h,
                 y_offset: 0,
-                accumulate: true,
+                accumulate,
             };
             self.project(m, pass, &w.down, lora(6), &io, n)?;
+            if let Some((_, post_ffn)) = &w.post_norms {
+                norm(pass, post_ffn, &b.h, &b.x, true)?;
+            }
         }
         Ok(())
     }
@@ -289,7 +350,10 @@ impl GpuSession {
             c.hidden,
             c.rms_eps,
             n,
-            true,
+            NormOut {
+                last_only: true,
+                accumulate: false,
+            },
         )?;
         let io = Io {
             x: &b.last,
@@ -321,6 +385,7 @@ impl GpuSession {
                 .run_chunk(m, adapter, chunk, if last { Some(&want) } else { None })
                 .await?;
             self.tokens.extend_from_slice(chunk);
+            self.wrote(self.tokens.len());
             if let Some(l) = out {
                 return Ok(l);
             }
@@ -381,7 +446,7 @@ impl GpuSession {
                     c.hidden,
                     c.rms_eps,
                     n,
-                    false,
+                    NormOut::default(),
                 )?;
                 let io = Io {
                     x: &b.h,
@@ -398,6 +463,7 @@ impl GpuSession {
                 .await?;
             let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
             self.tokens.extend_from_slice(part);
+            self.wrote(self.tokens.len());
             let start = ci * chunk;
             let next = &tokens[start + 1..(start + n + 1).min(tokens.len())];
             out.extend(
@@ -494,7 +560,7 @@ impl<'a> GpuBackend<'a> {
     ) -> Self {
         let id = adapter.map_or(0, |a| a.id);
         if session.adapter_id != id {
-            session.tokens.clear();
+            session.clear();
             session.adapter_id = id;
         }
         GpuBackend {
@@ -520,8 +586,7 @@ impl Backend for GpuBackend<'_> {
         &self.session.tokens
     }
     fn truncate(&mut self, len: usize) {
-        // Stale cache entries past `len` are overwritten before they are read again.
-        self.session.tokens.truncate(len);
+        self.session.truncate(len);
     }
     fn context_length(&self) -> usize {
         self.session.opts.max_context

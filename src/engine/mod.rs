@@ -61,7 +61,8 @@ pub trait Backend {
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits>;
     /// Tokens in the KV cache.
     fn tokens(&self) -> &[u32];
-    /// Forgets cached tokens from `len` on.
+    /// Forgets cached tokens from `len` on; may forget more (down to none) when the
+    /// cache cannot resume at `len`: callers read `tokens()` again.
     fn truncate(&mut self, len: usize);
     /// Runs `tokens` after the cache and returns, for each but the last, the
     /// log-probability of the token that follows it (for perplexity).
@@ -191,6 +192,8 @@ impl Generation {
         }
         let keep = common_prefix(backend.tokens(), prompt).min(prompt.len() - 1);
         backend.truncate(keep);
+        // A backend may keep less than asked (a ring cache that no longer holds it).
+        let keep = backend.tokens().len().min(keep);
         let sampler = Sampler::new(opts.sampler.clone());
         let top_k = if opts.sampler.temperature == 0.0 {
             1

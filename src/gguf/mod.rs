@@ -70,10 +70,12 @@ impl TensorInfo {
         })
     }
 
-    /// Rows × row length, for 1- and 2-D tensors (and higher ones flattened).
-    pub fn rows_cols(&self) -> (usize, usize) {
-        let cols = self.dims[0] as usize;
-        (self.n_elements as usize / cols, cols)
+    /// Rows × row length, for 1- and 2-D tensors (and higher ones flattened). In
+    /// `u64`: a crafted file's sizes must not wrap on 32-bit wasm before they are
+    /// compared with what the model expects.
+    pub fn rows_cols(&self) -> (u64, u64) {
+        let cols = self.dims[0].max(1);
+        (self.n_elements / cols, cols)
     }
 }
 

@@ -203,6 +203,15 @@ impl Array {
         }
     }
 
+    /// Float arrays as f32 (token scores).
+    pub fn to_f32s(&self) -> Option<Vec<f32>> {
+        Some(match self {
+            Array::F32(v) => v.clone(),
+            Array::F64(v) => v.iter().map(|&x| x as f32).collect(),
+            _ => return None,
+        })
+    }
+
     /// Integer arrays of any width as i64 (token types, per-layer head counts).
     pub fn to_i64s(&self) -> Option<Vec<i64>> {
         Some(match self {

@@ -15,33 +15,63 @@ pub const CHUNK: u32 = 64;
 /// Shapes the attention kernels can take (their workgroup arrays are fixed).
 pub fn check_shape(c: &Config) -> Result<()> {
     let g = c.group_size();
-    if !c.head_dim.is_multiple_of(32) || c.head_dim > 128 || g > 16 || g * c.head_dim > 2048 {
+    if !c.head_dim.is_multiple_of(32) || c.head_dim > 256 || g > 16 || g * c.head_dim > 2048 {
         return Err(Error::unsupported(format!(
-            "attention with head dimension {} and {g} query heads per KV head (the GPU kernels take head dimensions that are multiples of 32 up to 128, and up to 16 heads per group)",
+            "attention with head dimension {} and {g} query heads per KV head (the GPU kernels take head dimensions that are multiples of 32 up to 256, up to 16 heads per group, and at most 2048 query values per group)",
             c.head_dim
         )));
     }
     Ok(())
 }
 
-/// One layer's keys and values for `max_len` positions.
+/// One layer's keys and values: `slots` positions, position p in slot p % slots. A
+/// sliding-window layer holds a ring of its window plus one prefill chunk (the chunk's
+/// first query still needs the keys its last one pushes out); others every position.
 pub struct LayerCache {
     pub k: wgpu::Buffer,
     pub v: wgpu::Buffer,
     pub k_scales: wgpu::Buffer,
     pub v_scales: wgpu::Buffer,
+    pub slots: usize,
+    /// Keys a query sees, itself included (0: all).
+    pub window: usize,
 }
 
 impl LayerCache {
+    /// A cache of every position up to `max_len`.
     pub fn new(gpu: &Gpu, c: &Config, format: KvFormat, max_len: usize) -> Result<LayerCache> {
-        let values = (max_len * c.kv_dim()) as u64;
+        Self::with_window(gpu, c, format, max_len, 0, 0)
+    }
+
+    /// Layer cache for `max_len` positions; with a `window`, only `window + chunk`
+    /// slots (a ring), when that is fewer.
+    pub fn with_window(
+        gpu: &Gpu,
+        c: &Config,
+        format: KvFormat,
+        max_len: usize,
+        window: usize,
+        chunk: usize,
+    ) -> Result<LayerCache> {
+        let slots = if window > 0 {
+            max_len.min(window.saturating_add(chunk))
+        } else {
+            max_len
+        }
+        .max(1);
+        let values = (slots as u64)
+            .checked_mul(c.kv_dim() as u64)
+            .ok_or_else(|| Error::invalid("the KV cache size overflows"))?;
         let words = values.div_ceil(format.per_word() as u64);
-        let scales = (max_len * format.scales_per_token(c.kv_dim(), c.n_kv_heads)).max(1) as u64;
+        let scales =
+            (slots as u64 * format.scales_per_token(c.kv_dim(), c.n_kv_heads) as u64).max(1);
         Ok(LayerCache {
             k: gpu.storage("K cache", words * 4)?,
             v: gpu.storage("V cache", words * 4)?,
             k_scales: gpu.storage("K scales", scales * 4)?,
             v_scales: gpu.storage("V scales", scales * 4)?,
+            slots,
+            window,
         })
     }
 
@@ -74,6 +104,7 @@ pub fn kv_write(
             ("NH", c.n_heads as f64),
             ("NKV", c.n_kv_heads as f64),
             ("QKV_STRIDE", qkv_stride(c) as f64),
+            ("SLOTS", cache.slots as f64),
         ],
     )?;
     let bufs = [
@@ -93,16 +124,27 @@ pub fn kv_write(
     Ok(())
 }
 
-fn cache_constants(c: &Config, format: KvFormat) -> [(&'static str, f64); 7] {
+fn cache_constants(c: &Config, format: KvFormat, cache: &LayerCache) -> [(&'static str, f64); 9] {
     [
         ("KV_FORMAT", format as u32 as f64),
         ("HD", c.head_dim as f64),
         ("NKV", c.n_kv_heads as f64),
         ("G", c.group_size() as f64),
         ("QKV_STRIDE", qkv_stride(c) as f64),
-        ("SCALE", 1.0 / (c.head_dim as f64).sqrt()),
+        ("SCALE", c.attn_scale as f64),
+        ("SLOTS", cache.slots as f64),
+        ("WINDOW", cache.window as f64),
         ("NH", c.n_heads as f64),
     ]
+}
+
+/// Queries per prefill workgroup (the kernel's BQ).
+fn prefill_queries(c: &Config) -> u32 {
+    if c.head_dim > 128 {
+        4
+    } else {
+        8
+    }
 }
 
 /// Attention of the last token over `kv_len` cached positions: flash-decoding splits,
@@ -120,9 +162,9 @@ pub fn decode(
     out: &wgpu::Buffer,
     kv_len: usize,
 ) -> Result<()> {
-    let consts = cache_constants(c, format);
+    let consts = cache_constants(c, format, cache);
     // attention_decode has no NH override.
-    let pipe = k.pipe(Shader::AttentionDecode, &consts[..6])?;
+    let pipe = k.pipe(Shader::AttentionDecode, &consts[..8])?;
     let splits = (kv_len as u32).div_ceil(CHUNK);
     let bufs = [
         step,
@@ -155,7 +197,7 @@ pub fn prefill(
     out: &wgpu::Buffer,
     n_tokens: usize,
 ) -> Result<()> {
-    let consts = cache_constants(c, format);
+    let consts = cache_constants(c, format, cache);
     let pipe = k.pipe(Shader::AttentionPrefill, &consts)?;
     let bufs = [
         step,
@@ -170,7 +212,11 @@ pub fn prefill(
         pass,
         &pipe,
         &bufs,
-        [(n_tokens as u32).div_ceil(8), c.n_heads as u32, 1],
+        [
+            (n_tokens as u32).div_ceil(prefill_queries(c)),
+            c.n_heads as u32,
+            1,
+        ],
     );
     Ok(())
 }

@@ -1,12 +1,21 @@
 //! RMSNorm (`rmsnorm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`) and
-//! SwiGLU (`swiglu.wgsl`). CPU references: `model::reference::{rmsnorm, rope, swiglu}`.
+//! the gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU). CPU references:
+//! `model::reference::{rmsnorm, rope, glu}`.
 
 use super::{grid, Kernels, Shader};
 use crate::error::Result;
-use crate::model::{Config, RopeStyle};
+use crate::model::{Activation, Config, RopeStyle};
 
-/// y[row] = rmsnorm(x[row]) · w for each token (or, with `last_only`, the last token
-/// into row 0).
+/// Where an RMSNorm's rows go: all rows, or the last token's only (the output head's),
+/// written or added to what is there (Gemma's post norms fused with the residual).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NormOut {
+    pub last_only: bool,
+    pub accumulate: bool,
+}
+
+/// y[row] (+)= rmsnorm(x[row]) · w for each token (or, with `last_only`, the last
+/// token into row 0).
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     k: &Kernels,
@@ -18,21 +27,22 @@ pub fn rmsnorm(
     len: usize,
     eps: f32,
     rows: usize,
-    last_only: bool,
+    out: NormOut,
 ) -> Result<()> {
     let pipe = k.pipe(
         Shader::RmsNorm,
         &[
             ("LEN", len as f64),
             ("EPS", eps as f64),
-            ("LAST_ONLY", last_only as u32 as f64),
+            ("LAST_ONLY", out.last_only as u32 as f64),
+            ("ACCUMULATE", out.accumulate as u32 as f64),
         ],
     )?;
     k.dispatch(
         pass,
         &pipe,
         &[step, w, x, y],
-        [if last_only { 1 } else { rows as u32 }, 1, 1],
+        [if out.last_only { 1 } else { rows as u32 }, 1, 1],
     );
     Ok(())
 }
@@ -90,17 +100,23 @@ pub fn rope(
     Ok(())
 }
 
-/// a = silu(gate) · up from [gate | up] rows.
-pub fn swiglu(
+/// a = act(gate) · up from [gate | up] rows.
+#[allow(clippy::too_many_arguments)]
+pub fn glu(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
     step: &wgpu::Buffer,
+    act: Activation,
     gu: &wgpu::Buffer,
     a: &wgpu::Buffer,
     ffn: usize,
     n_tokens: usize,
 ) -> Result<()> {
-    let pipe = k.pipe(Shader::SwiGlu, &[("F", ffn as f64)])?;
+    let act = match act {
+        Activation::Silu => 0.0,
+        Activation::GeluTanh => 1.0,
+    };
+    let pipe = k.pipe(Shader::Glu, &[("F", ffn as f64), ("ACT", act)])?;
     k.dispatch(
         pass,
         &pipe,

@@ -3,7 +3,7 @@
 //! `quant::gpu_layout`. CPU reference: dequantize, then `model::reference::matmul`.
 
 use super::{grid, Kernels, Shader};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::quant::gpu_layout::{self, GpuFormat};
 use crate::quant::GgmlType;
@@ -59,6 +59,13 @@ impl GpuMatrix {
         cols: usize,
         max_bytes: u64,
     ) -> Result<GpuMatrix> {
+        // Every kernel reads rows in blocks of 32; `Config::validate` and `pack` check
+        // the widths a model and a tensor bring, this guards every other caller.
+        if rows == 0 || cols == 0 || !cols.is_multiple_of(32) {
+            return Err(Error::invalid(format!(
+                "{name}: a {rows} × {cols} matrix (rows must be whole blocks of 32)"
+            )));
+        }
         let blocks_per_row = cols / 32;
         let row_words = blocks_per_row * p.format.qs_words_per_block();
         // Parts start on an even row so f16 scales (two per word) split cleanly, and on
@@ -77,22 +84,30 @@ impl GpuMatrix {
         let mut parts = Vec::new();
         for row0 in (0..rows).step_by(per_part.max(1)) {
             let n = per_part.min(rows - row0);
-            let qs = &p.qs[row0 * row_words..(row0 + n) * row_words];
-            let scales = match p.format {
-                GpuFormat::F32 | GpuFormat::F16 => &p.scales[..],
-                GpuFormat::Q4_1 => &p.scales[row0 * blocks_per_row..(row0 + n) * blocks_per_row],
-                GpuFormat::Pal4 | GpuFormat::Pal2 => {
-                    let (lr, lw) = (p.lut_rows.max(1), p.format.lut_words());
-                    &p.scales[row0 / lr * lw..(row0 + n).div_ceil(lr) * lw]
-                }
-                _ => {
-                    let (a, b) = (
-                        row0 * blocks_per_row / 2,
-                        ((row0 + n) * blocks_per_row).div_ceil(2),
-                    );
-                    &p.scales[a..b.min(p.scales.len())]
-                }
+            let (a, b) = if let Some(w) = p.format.scale_words_per_row(blocks_per_row) {
+                (row0 * w, (row0 + n) * w)
+            } else if p.format.is_palette() {
+                let (lr, lw) = (p.lut_rows.max(1), p.format.lut_words());
+                (row0 / lr * lw, (row0 + n).div_ceil(lr) * lw)
+            } else if p.format.has_half_scales() {
+                (
+                    row0 * blocks_per_row / 2,
+                    ((row0 + n) * blocks_per_row).div_ceil(2),
+                )
+            } else {
+                // F32, F16: no scales (one dummy word).
+                (0, p.scales.len())
             };
+            let scales = p.scales.get(a..b.min(p.scales.len())).ok_or_else(|| {
+                Error::invalid(format!(
+                    "{name}: scales do not cover rows {row0}..{}",
+                    row0 + n
+                ))
+            })?;
+            let qs = p
+                .qs
+                .get(row0 * row_words..(row0 + n) * row_words)
+                .ok_or_else(|| Error::invalid(format!("{name}: values do not cover its rows")))?;
             parts.push(Part {
                 row0,
                 rows: n,
@@ -177,7 +192,7 @@ pub fn naive(
     y: &wgpu::Buffer,
 ) -> Result<()> {
     if m.parts.len() > 1 {
-        return Err(crate::Error::invalid(
+        return Err(Error::invalid(
             "the naive matmul takes matrices in one part only",
         ));
     }
@@ -272,7 +287,8 @@ pub fn matmul(
     }
 }
 
-/// out[t] = row tokens[t] of the table, for `n_tokens` tokens.
+/// out[t] = row tokens[t] of the table × `scale`, for `n_tokens` tokens.
+#[allow(clippy::too_many_arguments)]
 pub fn embed(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
@@ -281,6 +297,7 @@ pub fn embed(
     tokens: &wgpu::Buffer,
     out: &wgpu::Buffer,
     n_tokens: usize,
+    scale: f32,
 ) -> Result<()> {
     for p in &table.parts {
         let pipe = k.pipe(
@@ -291,6 +308,7 @@ pub fn embed(
                 ("HIDDEN", table.cols as f64),
                 ("ROW0", p.row0 as f64),
                 ("ROWS", p.rows as f64),
+                ("SCALE", scale as f64),
             ],
         )?;
         k.dispatch(

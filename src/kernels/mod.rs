@@ -27,7 +27,7 @@ pub enum Shader {
     AttentionDecode,
     AttentionReduce,
     AttentionPrefill,
-    SwiGlu,
+    Glu,
     TopK,
     Penalty,
 }
@@ -57,7 +57,7 @@ impl Shader {
             Shader::AttentionDecode => include_str!("../../shaders/attention_decode.wgsl"),
             Shader::AttentionReduce => include_str!("../../shaders/attention_reduce.wgsl"),
             Shader::AttentionPrefill => include_str!("../../shaders/attention_prefill.wgsl"),
-            Shader::SwiGlu => include_str!("../../shaders/swiglu.wgsl"),
+            Shader::Glu => include_str!("../../shaders/glu.wgsl"),
             Shader::TopK => include_str!("../../shaders/topk.wgsl"),
             Shader::Penalty => include_str!("../../shaders/penalty.wgsl"),
         }
@@ -75,7 +75,7 @@ impl Shader {
             Shader::Rope => &[U, R, W, R, R],
             Shader::KvWrite => &[U, R, W, W, W, W],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, R, R, R, R, R, W],
-            Shader::AttentionReduce | Shader::SwiGlu => &[U, R, W],
+            Shader::AttentionReduce | Shader::Glu => &[U, R, W],
             Shader::TopK => &[R, R, W],
             Shader::Penalty => &[R, W],
         }

@@ -4,7 +4,7 @@ mod config;
 pub mod reference;
 pub mod weights;
 
-pub use config::{Arch, Config, RopeStyle};
+pub use config::{Activation, Arch, Config, RopeStyle};
 pub use reference::{KvCache, Reference};
 pub use weights::Weights;
 

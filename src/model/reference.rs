@@ -1,7 +1,7 @@
 //! The whole forward pass in plain f32 Rust on the CPU: the ground truth for every GPU
 //! kernel and for the engine. Clear over clever; matmuls run on all cores.
 
-use super::config::{Config, RopeStyle};
+use super::config::{Activation, Config, RopeStyle};
 use super::weights::{Layer, Weights};
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -66,6 +66,35 @@ impl Reference {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
+        let x = self.hidden(cache, tokens)?;
+        Ok(self.logits(&x, all_logits))
+    }
+
+    /// As `forward`, but the logits of the positions `at` (indices into `tokens`)
+    /// only: long teacher-forced prompts without the head over every position.
+    pub fn forward_at(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        at: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        let h = self.config.hidden;
+        if let Some(&bad) = at.iter().find(|&&i| i >= tokens.len()) {
+            return Err(Error::invalid(format!(
+                "position {bad} is past the {} tokens",
+                tokens.len()
+            )));
+        }
+        let x = self.hidden(cache, tokens)?;
+        Ok(at
+            .iter()
+            .map(|&i| self.logits(&x[i * h..(i + 1) * h], false))
+            .collect())
+    }
+
+    /// The final hidden states of `tokens` (before the output norm), appended to the
+    /// cache.
+    fn hidden(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
         let c = &self.config;
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
@@ -78,10 +107,20 @@ impl Reference {
                 cache.len
             )));
         }
-        let mut x = embed(&self.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        let mut x = self.embed(tokens)?;
         self.layers(0..c.n_layers, &mut x, cache, &mut |_, _, _| {});
         cache.len += tokens.len();
-        Ok(self.logits(&x, all_logits))
+        Ok(x)
+    }
+
+    /// The layers' input for `tokens`: embedding rows, scaled as the model says.
+    pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.config;
+        let mut x = embed(&self.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        if c.embed_scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= c.embed_scale);
+        }
+        Ok(x)
     }
 
     /// Runs the hidden states `x` through `layers`, calling `observe(layer,
@@ -128,7 +167,7 @@ impl Reference {
             q = rmsnorm(&q, qn, c.rms_eps);
             k = rmsnorm(&k, kn, c.rms_eps);
         }
-        let freqs = rope_freqs(c, self.weights.rope_freqs.as_deref());
+        let freqs = rope_freqs(c, self.weights.rope_freqs.as_deref(), l);
         rope(
             &mut q,
             c.q_dim(),
@@ -151,11 +190,17 @@ impl Reference {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
+            scale: c.attn_scale,
+            window: c.window(l),
         };
         let kv_len = cache.k[l].len() / c.kv_dim();
         let o = attention(&q, &cache.k[l], &cache.v[l], kv_len, shape);
         observe(l, Site::AttentionOutput, &o);
-        add_in_place(x, &matmul(&o, &w.wo, c.q_dim()));
+        let mut out = matmul(&o, &w.wo, c.q_dim());
+        if let Some(pn) = &w.post_attn_norm {
+            out = rmsnorm(&out, pn, c.rms_eps);
+        }
+        add_in_place(x, &out);
     }
 
     fn ffn_block(&self, w: &Layer, x: &mut [f32], l: usize, observe: Observer) {
@@ -164,9 +209,13 @@ impl Reference {
         observe(l, Site::Ffn, &h);
         let gate = matmul(&h, &w.w_gate, c.hidden);
         let up = matmul(&h, &w.w_up, c.hidden);
-        let mid = swiglu(&gate, &up);
+        let mid = glu(c.activation, &gate, &up);
         observe(l, Site::FfnDown, &mid);
-        add_in_place(x, &matmul(&mid, &w.w_down, c.ffn_dim));
+        let mut out = matmul(&mid, &w.w_down, c.ffn_dim);
+        if let Some(pn) = &w.post_ffn_norm {
+            out = rmsnorm(&out, pn, c.rms_eps);
+        }
+        add_in_place(x, &out);
     }
 }
 
@@ -196,13 +245,15 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-/// The inverse frequency of each rotated pair: base^(-2i/d), divided by Llama 3's
-/// per-frequency factors when the model has them.
-pub fn rope_freqs(c: &Config, factors: Option<&[f32]>) -> Vec<f32> {
+/// The inverse frequency of each rotated pair of layer `l`: base^(-2i/d) (the
+/// layer's base: sliding-window layers have their own), divided by Llama 3's
+/// per-frequency factors when the model has them and by linear RoPE scaling.
+pub fn rope_freqs(c: &Config, factors: Option<&[f32]>, l: usize) -> Vec<f32> {
+    let (theta, scale) = c.rope_of(l);
     (0..c.rope_dim / 2)
         .map(|i| {
-            let f = c.rope_theta.powf(-2.0 * i as f32 / c.rope_dim as f32);
-            f / factors.map_or(1.0, |fs| fs[i])
+            let f = theta.powf(-2.0 * i as f32 / c.rope_dim as f32) / scale;
+            f / factors.and_then(|fs| fs.get(i)).copied().unwrap_or(1.0)
         })
         .collect()
 }
@@ -289,6 +340,10 @@ pub struct AttnShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Scores are q·k times this (usually 1/√head_dim).
+    pub scale: f32,
+    /// Keys visible behind each query, itself included (`usize::MAX`: all).
+    pub window: usize,
 }
 
 /// Causal grouped-query attention of `q` (`[t][n_heads * head_dim]`, the last t of
@@ -301,18 +356,19 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
     );
     let t = q.len() / q_dim;
     let group = s.n_heads / s.n_kv_heads;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = s.scale;
     let mut out = vec![0f32; q.len()];
     out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
         let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
         let qh = &q[ti * q_dim + h * hd..][..hd];
         let kvh = h / group;
         let visible = kv_len - t + ti + 1;
-        let mut scores: Vec<f32> = (0..visible)
+        let first = visible.saturating_sub(s.window);
+        let mut scores: Vec<f32> = (first..visible)
             .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..][..hd]) * scale)
             .collect();
         softmax(&mut scores);
-        for (p, w) in scores.iter().enumerate() {
+        for (p, w) in (first..).zip(&scores) {
             let vp = &v[p * kv_dim + kvh * hd..][..hd];
             o.iter_mut().zip(vp).for_each(|(a, b)| *a += w * b);
         }
@@ -338,6 +394,21 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// GELU, tanh approximation (as Gemma and ggml compute it).
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+}
+
 pub fn swiglu(gate: &[f32], up: &[f32]) -> Vec<f32> {
-    gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect()
+    glu(Activation::Silu, gate, up)
+}
+
+/// The gated MLP's middle: act(gate) · up.
+pub fn glu(act: Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    let f = match act {
+        Activation::Silu => silu,
+        Activation::GeluTanh => gelu_tanh,
+    };
+    gate.iter().zip(up).map(|(&g, &u)| f(g) * u).collect()
 }

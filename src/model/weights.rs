@@ -8,36 +8,57 @@ use crate::quant::palette::{self, Palettized};
 use crate::quant::GgmlType;
 use std::io::{Read, Seek};
 
-/// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`);
-/// vectors have `rows == 1`.
+/// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`), or a
+/// vector (a norm's weights, RoPE factors: `rows == 1`). Whether a tensor is a matrix
+/// is the model's decision, never inferred from its size: a file can make a matrix
+/// one row long.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorSpec {
     pub name: String,
     pub rows: usize,
     pub cols: usize,
+    pub matrix: bool,
 }
 
 fn spec(name: String, rows: usize, cols: usize) -> TensorSpec {
-    TensorSpec { name, rows, cols }
+    TensorSpec {
+        name,
+        rows,
+        cols,
+        matrix: true,
+    }
+}
+
+fn vector(name: String, len: usize) -> TensorSpec {
+    TensorSpec {
+        name,
+        rows: 1,
+        cols: len,
+        matrix: false,
+    }
 }
 
 /// Per-layer tensor names, in GGUF's (llama.cpp's) naming.
 pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
     let p = |s: &str| format!("blk.{i}.{s}.weight");
     let mut v = vec![
-        spec(p("attn_norm"), 1, c.hidden),
+        vector(p("attn_norm"), c.hidden),
         spec(p("attn_q"), c.q_dim(), c.hidden),
         spec(p("attn_k"), c.kv_dim(), c.hidden),
         spec(p("attn_v"), c.kv_dim(), c.hidden),
         spec(p("attn_output"), c.hidden, c.q_dim()),
-        spec(p("ffn_norm"), 1, c.hidden),
+        vector(p("ffn_norm"), c.hidden),
         spec(p("ffn_gate"), c.ffn_dim, c.hidden),
         spec(p("ffn_up"), c.ffn_dim, c.hidden),
         spec(p("ffn_down"), c.hidden, c.ffn_dim),
     ];
     if c.qk_norm {
-        v.push(spec(p("attn_q_norm"), 1, c.head_dim));
-        v.push(spec(p("attn_k_norm"), 1, c.head_dim));
+        v.push(vector(p("attn_q_norm"), c.head_dim));
+        v.push(vector(p("attn_k_norm"), c.head_dim));
+    }
+    if c.post_norms {
+        v.push(vector(p("post_attention_norm"), c.hidden));
+        v.push(vector(p("post_ffw_norm"), c.hidden));
     }
     v
 }
@@ -46,13 +67,13 @@ pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
 pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
     let mut v = vec![
         spec("token_embd.weight".into(), c.vocab_size, c.hidden),
-        spec("output_norm.weight".into(), 1, c.hidden),
+        vector("output_norm.weight".into(), c.hidden),
     ];
     if !c.tied_embeddings {
         v.push(spec("output.weight".into(), c.vocab_size, c.hidden));
     }
     if c.rope_freq_factors {
-        v.push(spec("rope_freqs.weight".into(), 1, c.rope_dim / 2));
+        v.push(vector("rope_freqs.weight".into(), c.rope_dim / 2));
     }
     v
 }
@@ -103,7 +124,7 @@ impl Stored<'_> {
 
 /// Finds a weight, plain or palettized, and checks its shape.
 pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
-    if g.tensor(&s.name).is_some() || s.rows == 1 {
+    if g.tensor(&s.name).is_some() || !s.matrix {
         return find(g, s).map(Stored::Plain);
     }
     let (pidx, plut) = (format!("{}.pidx", s.name), format!("{}.plut", s.name));
@@ -148,9 +169,15 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
 
 /// Rows sharing a table in a palettized file's `bits`-wide matrices.
 fn rows_per_lut(g: &Gguf, bits: u32) -> Option<usize> {
-    let key = |k| g.metadata.u64(k).filter(|&r| r > 0);
+    // `try_from`, not `as`: on wasm32 a huge value must not wrap to a small one.
+    let key = |k| {
+        g.metadata
+            .u64(k)
+            .and_then(|r| usize::try_from(r).ok())
+            .filter(|&r| r > 0)
+    };
     let two = (bits == 2).then(|| key(ROWS_PER_LUT_2BIT_KEY)).flatten();
-    two.or_else(|| key(ROWS_PER_LUT_KEY)).map(|r| r as usize)
+    two.or_else(|| key(ROWS_PER_LUT_KEY))
 }
 
 /// Finds a tensor and checks that its shape is the expected one.
@@ -159,7 +186,7 @@ pub fn find<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<&'a crate::gguf::TensorIn
         .tensor(&s.name)
         .ok_or_else(|| Error::gguf(format!("tensor {} is missing", s.name)))?;
     let (rows, cols) = t.rows_cols();
-    if (rows, cols) != (s.rows, s.cols) || t.dims.len() > 2 {
+    if (rows, cols) != (s.rows as u64, s.cols as u64) || t.dims.len() > 2 {
         return Err(Error::gguf(format!(
             "tensor {} has shape {:?}, expected [{}, {}]",
             s.name, t.dims, s.cols, s.rows
@@ -180,6 +207,9 @@ pub struct Layer {
     pub w_down: Vec<f32>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// Gemma's norms of the attention and MLP outputs, before each residual add.
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
 /// All weights dequantized to f32, row-major `[rows][cols]`.
@@ -226,7 +256,8 @@ impl Weights {
                 .iter()
                 .map(&mut read)
                 .collect::<Result<Vec<_>>>()?;
-            // layer_specs order: the nine tensors of Layer, then the optional QK norms.
+            // layer_specs order: the nine tensors of Layer, then the optional QK norms,
+            // then the optional post norms.
             let mut t = t.into_iter();
             let mut n = || t.next().unwrap_or_default();
             let mut layer = Layer {
@@ -241,10 +272,16 @@ impl Weights {
                 w_down: n(),
                 q_norm: None,
                 k_norm: None,
+                post_attn_norm: None,
+                post_ffn_norm: None,
             };
             if c.qk_norm {
                 layer.q_norm = Some(n());
                 layer.k_norm = Some(n());
+            }
+            if c.post_norms {
+                layer.post_attn_norm = Some(n());
+                layer.post_ffn_norm = Some(n());
             }
             layers.push(layer);
         }

@@ -1,7 +1,11 @@
 //! Weights as the GPU kernels read them: GGUF blocks split into two `u32` arrays, the
-//! quantized values (`qs`) and the per-block scales (`scales`), so every block starts on
-//! a word boundary whatever the GGUF block size (Q8_0 blocks are 34 bytes). Values are
-//! unchanged: the CPU dequantization of the GGUF bytes is the reference for the kernels.
+//! quantized values (`qs`) and the scales (`scales`), so every block starts on a word
+//! boundary whatever the GGUF block size (Q8_0 blocks are 34 bytes). The kernels walk
+//! rows in blocks of 32 values: a K-quant super-block of 256 is repacked as 8 such
+//! blocks of `qs` (bits rearranged so value e of a block sits where the kernel looks)
+//! plus 5 words of scales per super-block (d|dmin as two halves, then 16 sub-scale
+//! bytes, the 6-bit ones unpacked). Values are unchanged: the CPU dequantization of
+//! the GGUF bytes is the reference for the kernels.
 
 use super::GgmlType;
 use crate::error::{Error, Result};
@@ -25,16 +29,62 @@ pub enum GpuFormat {
     Pal4 = 5,
     /// Palettized, 2-bit: 2 words per block (value j at bits 2j); tables of 4 entries.
     Pal2 = 6,
+    /// Q4_0's nibbles, then a word whose bit e is value e's fifth bit; f16 scales.
+    Q5_0 = 7,
+    /// As Q5_0, with Q4_1's scale-and-minimum word per block.
+    Q5_1 = 8,
+    /// Q4_0's nibbles, each an index into IQ4_NL's 16 levels; f16 scales.
+    Iq4Nl = 9,
+    /// 2 words per block, value e at bits 2(e % 16) of word e / 16 (as Pal2).
+    Q2K = 10,
+    /// Q2_K's 2 words of low bits, then a word of third bits (bit e).
+    Q3K = 11,
+    /// Q4_0's nibble layout per 32-block.
+    Q4K = 12,
+    /// Q5_0's layout per 32-block.
+    Q5K = 13,
+    /// Q4_0's nibbles (low 4 bits), then 2 words of the top 2 bits as Q2_K's.
+    Q6K = 14,
 }
+
+/// Words of `scales` per K-quant super-block: d|dmin, then 16 bytes of sub-scales.
+pub const K_SCALE_WORDS: usize = 5;
 
 impl GpuFormat {
     pub fn qs_words_per_block(self) -> usize {
+        use GpuFormat::*;
         match self {
-            GpuFormat::F32 => 32,
-            GpuFormat::F16 => 16,
-            GpuFormat::Q8_0 => 8,
-            GpuFormat::Q4_0 | GpuFormat::Q4_1 | GpuFormat::Pal4 => 4,
-            GpuFormat::Pal2 => 2,
+            F32 => 32,
+            F16 => 16,
+            Q8_0 => 8,
+            Q6K => 6,
+            Q5_0 | Q5_1 | Q5K => 5,
+            Q4_0 | Q4_1 | Pal4 | Iq4Nl | Q4K => 4,
+            Q3K => 3,
+            Pal2 | Q2K => 2,
+        }
+    }
+
+    /// K-quants: scales per super-block of 8 blocks.
+    pub fn is_k_quant(self) -> bool {
+        use GpuFormat::*;
+        matches!(self, Q2K | Q3K | Q4K | Q5K | Q6K)
+    }
+
+    /// One f16 scale per block, two to a word (the row split keeps rows even).
+    pub fn has_half_scales(self) -> bool {
+        use GpuFormat::*;
+        matches!(self, Q8_0 | Q4_0 | Q5_0 | Iq4Nl)
+    }
+
+    /// Words of `scales` a row of `blocks` blocks owns, where rows own whole words
+    /// (formats with a word or more per block or super-block).
+    pub fn scale_words_per_row(self, blocks: usize) -> Option<usize> {
+        use GpuFormat::*;
+        match self {
+            Q4_1 | Q5_1 => Some(blocks),
+            f if f.is_k_quant() => Some(blocks / 8 * K_SCALE_WORDS),
+            _ => None,
         }
     }
 
@@ -88,34 +138,242 @@ pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
     }
     let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
     Ok(match ty {
-        GgmlType::F32 => Packed { format: GpuFormat::F32, qs: words(data).collect(), scales: vec![0], lut_rows: 0 },
-        GgmlType::F16 => Packed { format: GpuFormat::F16, qs: words(data).collect(), scales: vec![0], lut_rows: 0 },
+        GgmlType::F32 => Packed {
+            format: GpuFormat::F32,
+            qs: words(data).collect(),
+            scales: vec![0],
+            lut_rows: 0,
+        },
+        GgmlType::F16 => Packed {
+            format: GpuFormat::F16,
+            qs: words(data).collect(),
+            scales: vec![0],
+            lut_rows: 0,
+        },
         GgmlType::BF16 => {
             // No BF16 in WGSL; F32 keeps every value exact.
-            let qs = data.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_bits()).collect();
-            Packed { format: GpuFormat::F32, qs, scales: vec![0], lut_rows: 0 }
+            let qs = data
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_bits())
+                .collect();
+            Packed {
+                format: GpuFormat::F32,
+                qs,
+                scales: vec![0],
+                lut_rows: 0,
+            }
         }
         GgmlType::Q8_0 => {
             let d: Vec<u16> = data.chunks_exact(34).map(&le16).collect();
-            let qs = data.chunks_exact(34).flat_map(|b| words(&b[2..34]).collect::<Vec<_>>()).collect();
-            Packed { format: GpuFormat::Q8_0, qs, scales: half_pairs(&d), lut_rows: 0 }
+            let qs = data
+                .chunks_exact(34)
+                .flat_map(|b| words(&b[2..34]).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Q8_0,
+                qs,
+                scales: half_pairs(&d),
+                lut_rows: 0,
+            }
         }
         GgmlType::Q4_0 => {
             let d: Vec<u16> = data.chunks_exact(18).map(&le16).collect();
-            let qs = data.chunks_exact(18).flat_map(|b| words(&b[2..18]).collect::<Vec<_>>()).collect();
-            Packed { format: GpuFormat::Q4_0, qs, scales: half_pairs(&d), lut_rows: 0 }
+            let qs = data
+                .chunks_exact(18)
+                .flat_map(|b| words(&b[2..18]).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Q4_0,
+                qs,
+                scales: half_pairs(&d),
+                lut_rows: 0,
+            }
         }
         GgmlType::Q4_1 => {
-            let scales = data.chunks_exact(20).map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16).collect();
-            let qs = data.chunks_exact(20).flat_map(|b| words(&b[4..20]).collect::<Vec<_>>()).collect();
-            Packed { format: GpuFormat::Q4_1, qs, scales, lut_rows: 0 }
+            let scales = data
+                .chunks_exact(20)
+                .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
+                .collect();
+            let qs = data
+                .chunks_exact(20)
+                .flat_map(|b| words(&b[4..20]).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Q4_1,
+                qs,
+                scales,
+                lut_rows: 0,
+            }
+        }
+        GgmlType::Q5_0 => {
+            let d: Vec<u16> = data.chunks_exact(22).map(&le16).collect();
+            let qs = data
+                .chunks_exact(22)
+                .flat_map(|b| words(&b[6..22]).chain(words(&b[2..6])).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Q5_0,
+                qs,
+                scales: half_pairs(&d),
+                lut_rows: 0,
+            }
+        }
+        GgmlType::Q5_1 => {
+            let scales = data
+                .chunks_exact(24)
+                .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
+                .collect();
+            let qs = data
+                .chunks_exact(24)
+                .flat_map(|b| words(&b[8..24]).chain(words(&b[4..8])).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Q5_1,
+                qs,
+                scales,
+                lut_rows: 0,
+            }
+        }
+        GgmlType::Iq4Nl => {
+            let d: Vec<u16> = data.chunks_exact(18).map(&le16).collect();
+            let qs = data
+                .chunks_exact(18)
+                .flat_map(|b| words(&b[2..18]).collect::<Vec<_>>())
+                .collect();
+            Packed {
+                format: GpuFormat::Iq4Nl,
+                qs,
+                scales: half_pairs(&d),
+                lut_rows: 0,
+            }
+        }
+        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+            k_quant(ty, data)
         }
         other => {
             return Err(Error::unsupported(format!(
-                "tensor type {other} has no GPU kernel yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)"
+                "tensor type {other} has no GPU kernel (supported: {})",
+                super::DECODABLE
             )))
         }
     })
+}
+
+/// Packs 32 values of `bits` bits (each < 2^bits) into words, value e of a group of
+/// 32/bits at bits `bits·(e % per_word)`.
+fn pack_bits(values: &[u8], bits: u32) -> impl Iterator<Item = u32> + '_ {
+    let per = (32 / bits) as usize;
+    values.chunks(per).map(move |c| {
+        c.iter()
+            .enumerate()
+            .fold(0u32, |w, (i, &v)| w | (v as u32) << (bits as usize * i))
+    })
+}
+
+/// Value e's bits in Q4_0's nibble order: byte j holds value j (low) and j + 16 (high).
+fn nibble_words(v: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    let bytes: Vec<u8> = (0..16)
+        .map(|j| (v[j] & 15) | (v[j + 16] & 15) << 4)
+        .collect();
+    words(&bytes).collect::<Vec<_>>().into_iter()
+}
+
+/// A K-quant super-block's values (unsigned, each block's bits) and sub-scales, from
+/// the CPU decoder's own reading of the block, repacked for the kernels.
+fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
+    use super::dequant::{k4_scale_min, q3_k_scales};
+    let (_, bytes) = ty.block();
+    let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]) as u32;
+    let (mut qs, mut scales) = (Vec::new(), Vec::new());
+    for b in data.chunks_exact(bytes as usize) {
+        let (q, d_dmin, sub): (Vec<u8>, u32, [u8; 16]) = match ty {
+            GgmlType::Q2K => {
+                let q = (0..256)
+                    .map(|e| (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3)
+                    .collect();
+                let mut sub = [0u8; 16];
+                sub.copy_from_slice(&b[0..16]);
+                (q, le16(&b[80..]) | le16(&b[82..]) << 16, sub)
+            }
+            GgmlType::Q3K => {
+                let q = (0..256)
+                    .map(|e| {
+                        let low = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                        low | (((b[e % 32] >> (e / 32)) & 1) << 2)
+                    })
+                    .collect();
+                (
+                    q,
+                    le16(&b[108..]),
+                    q3_k_scales(&b[96..108]).map(|s| s as u8),
+                )
+            }
+            GgmlType::Q4K | GgmlType::Q5K => {
+                let five = ty == GgmlType::Q5K;
+                let qs_at = if five { 48 } else { 16 };
+                let q = (0..256)
+                    .map(|e| {
+                        let (j, l) = (e / 32, e % 32);
+                        let low = (b[qs_at + 32 * (j / 2) + l] >> (4 * (j % 2))) & 15;
+                        let high = if five { ((b[16 + l] >> j) & 1) << 4 } else { 0 };
+                        low | high
+                    })
+                    .collect();
+                let mut sub = [0u8; 16];
+                for j in 0..8 {
+                    (sub[j], sub[8 + j]) = k4_scale_min(j, &b[4..16]);
+                }
+                (q, le16(&b[0..]) | le16(&b[2..]) << 16, sub)
+            }
+            _ => {
+                // Q6_K
+                let q = (0..256)
+                    .map(|e| {
+                        let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
+                        let low = (b[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+                        low | ((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4
+                    })
+                    .collect();
+                let mut sub = [0u8; 16];
+                sub.copy_from_slice(&b[192..208]);
+                (q, le16(&b[208..]), sub)
+            }
+        };
+        for v in q.chunks_exact(32) {
+            match ty {
+                GgmlType::Q2K => qs.extend(pack_bits(v, 2)),
+                GgmlType::Q3K => {
+                    let low: Vec<u8> = v.iter().map(|x| x & 3).collect();
+                    let high: Vec<u8> = v.iter().map(|x| x >> 2).collect();
+                    qs.extend(pack_bits(&low, 2).chain(pack_bits(&high, 1)));
+                }
+                GgmlType::Q4K => qs.extend(nibble_words(v)),
+                GgmlType::Q5K => {
+                    let high: Vec<u8> = v.iter().map(|x| x >> 4).collect();
+                    qs.extend(nibble_words(v).chain(pack_bits(&high, 1)));
+                }
+                _ => {
+                    let high: Vec<u8> = v.iter().map(|x| x >> 4).collect();
+                    qs.extend(nibble_words(v).chain(pack_bits(&high, 2)));
+                }
+            }
+        }
+        scales.push(d_dmin);
+        scales.extend(words(&sub));
+    }
+    let format = match ty {
+        GgmlType::Q2K => GpuFormat::Q2K,
+        GgmlType::Q3K => GpuFormat::Q3K,
+        GgmlType::Q4K => GpuFormat::Q4K,
+        GgmlType::Q5K => GpuFormat::Q5K,
+        _ => GpuFormat::Q6K,
+    };
+    Packed {
+        format,
+        qs,
+        scales,
+        lut_rows: 0,
+    }
 }
 
 /// A palettized matrix as the kernels read it: its packed indices and its tables.

@@ -1,15 +1,18 @@
-//! Builds a Hugging Face `tokenizer.json` description from a GGUF file's own tokenizer
-//! metadata (`tokenizer.ggml.*`), which the `tokenizers` crate then loads. Only
-//! byte-level BPE (`tokenizer.ggml.model = "gpt2"`) is supported: SmolLM2, Llama 3,
-//! Qwen. The pre-tokenizer follows llama.cpp's `tokenizer.ggml.pre` names.
+//! Builds a `tokenizers` tokenizer from a GGUF file's own tokenizer metadata
+//! (`tokenizer.ggml.*`): byte-level BPE (`tokenizer.ggml.model = "gpt2"`: SmolLM2,
+//! Llama 3, Qwen), described as a `tokenizer.json` with the pre-tokenizer llama.cpp's
+//! `tokenizer.ggml.pre` names; and SentencePiece vocabularies (`"llama"`: Gemma,
+//! Llama 2, Mistral), see `spm`.
 
+use super::spm;
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use serde_json::{json, Value};
 
 // llama.cpp token types.
-const TT_CONTROL: i64 = 3;
-const TT_USER_DEFINED: i64 = 4;
+pub(super) const TT_NORMAL: i64 = 1;
+pub(super) const TT_CONTROL: i64 = 3;
+pub(super) const TT_USER_DEFINED: i64 = 4;
 
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -23,19 +26,22 @@ pub struct SpecialIds {
     pub add_bos: bool,
 }
 
-pub fn tokenizer_json(md: &Metadata) -> Result<(Value, SpecialIds)> {
-    let model = md.str("tokenizer.ggml.model").unwrap_or("(missing)");
-    if model != "gpt2" {
-        return Err(Error::unsupported(format!(
-            "tokenizer type {model:?}: only byte-level BPE (\"gpt2\") is supported; pass a tokenizer.json instead"
-        )));
-    }
+/// The vocabulary every GGUF tokenizer has: token texts and their llama.cpp types.
+pub(super) struct Vocab<'a> {
+    pub tokens: &'a [String],
+    pub types: Vec<i64>,
+}
+
+fn vocab(md: &Metadata) -> Result<Vocab<'_>> {
     let tokens = md
         .strings("tokenizer.ggml.tokens")
         .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.tokens is missing".into()))?;
-    let merges = md
-        .strings("tokenizer.ggml.merges")
-        .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.merges is missing".into()))?;
+    if tokens.is_empty() || tokens.len() > u32::MAX as usize {
+        return Err(Error::Tokenizer(format!(
+            "tokenizer.ggml.tokens has {} tokens",
+            tokens.len()
+        )));
+    }
     let types = match md.array("tokenizer.ggml.token_type") {
         Some(a) => a
             .to_i64s()
@@ -43,27 +49,88 @@ pub fn tokenizer_json(md: &Metadata) -> Result<(Value, SpecialIds)> {
             .ok_or_else(|| {
                 Error::Tokenizer("tokenizer.ggml.token_type does not match the tokens".into())
             })?,
-        None => vec![1; tokens.len()],
+        None => vec![TT_NORMAL; tokens.len()],
     };
+    Ok(Vocab { tokens, types })
+}
+
+pub(super) fn special_ids(md: &Metadata, n_tokens: usize) -> SpecialIds {
+    let id = |k: &str| {
+        md.u64(k)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| (v as usize) < n_tokens)
+    };
+    SpecialIds {
+        bos: id("tokenizer.ggml.bos_token_id"),
+        eos: id("tokenizer.ggml.eos_token_id"),
+        eot: id("tokenizer.ggml.eot_token_id"),
+        add_bos: md.bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
+    }
+}
+
+/// The GGUF's tokenizer, ready to use, with its special ids.
+pub fn build(md: &Metadata) -> Result<(tokenizers::Tokenizer, SpecialIds)> {
+    let model = md.str("tokenizer.ggml.model").unwrap_or("(missing)");
+    match model {
+        "gpt2" => {
+            let (json, ids) = tokenizer_json(md)?;
+            let tk = tokenizers::Tokenizer::from_bytes(json.to_string())
+                .map_err(|e| Error::Tokenizer(e.to_string()))?;
+            Ok((tk, ids))
+        }
+        "llama" => {
+            let v = vocab(md)?;
+            let ids = special_ids(md, v.tokens.len());
+            Ok((spm::build(md, &v)?, ids))
+        }
+        other => Err(Error::unsupported(format!(
+            "tokenizer type {other:?} (supported: byte-level BPE \"gpt2\" and SentencePiece \"llama\"); pass a tokenizer.json instead"
+        ))),
+    }
+}
+
+/// Added tokens as `tokenizers` takes them: control tokens are special (text only
+/// when special-token parsing is on), user-defined ones always match, as llama.cpp
+/// treats them.
+pub(super) fn added_tokens(v: &Vocab) -> Vec<(u32, String, bool)> {
+    v.tokens
+        .iter()
+        .zip(&v.types)
+        .enumerate()
+        .filter(|(_, (_, &ty))| ty == TT_CONTROL || ty == TT_USER_DEFINED)
+        .map(|(i, (tok, &ty))| (i as u32, tok.clone(), ty == TT_CONTROL))
+        .collect()
+}
+
+/// A byte-level BPE GGUF tokenizer as a `tokenizer.json` description.
+pub fn tokenizer_json(md: &Metadata) -> Result<(Value, SpecialIds)> {
+    let model = md.str("tokenizer.ggml.model").unwrap_or("(missing)");
+    if model != "gpt2" {
+        return Err(Error::unsupported(format!(
+            "tokenizer type {model:?} has no tokenizer.json description here (only byte-level BPE, \"gpt2\")"
+        )));
+    }
+    let v = vocab(md)?;
+    let merges = md
+        .strings("tokenizer.ggml.merges")
+        .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.merges is missing".into()))?;
     let pre = md.str("tokenizer.ggml.pre").unwrap_or("default");
-    let vocab: serde_json::Map<String, Value> = tokens
+    let vocab: serde_json::Map<String, Value> = v
+        .tokens
         .iter()
         .enumerate()
         .map(|(i, t)| (t.clone(), json!(i)))
         .collect();
-    if vocab.len() != tokens.len() {
+    if vocab.len() != v.tokens.len() {
         return Err(Error::Tokenizer(
             "tokenizer.ggml.tokens has duplicate tokens".into(),
         ));
     }
-    let added: Vec<Value> = tokens
-        .iter()
-        .zip(&types)
-        .enumerate()
-        .filter(|(_, (_, &ty))| ty == TT_CONTROL || ty == TT_USER_DEFINED)
-        .map(|(i, (tok, &ty))| {
+    let added: Vec<Value> = added_tokens(&v)
+        .into_iter()
+        .map(|(i, tok, special)| {
             json!({"id": i, "content": tok, "single_word": false, "lstrip": false,
-                   "rstrip": false, "normalized": ty != TT_CONTROL, "special": ty == TT_CONTROL})
+                   "rstrip": false, "normalized": !special, "special": special})
         })
         .collect();
     let tj = json!({
@@ -80,18 +147,7 @@ pub fn tokenizer_json(md: &Metadata) -> Result<(Value, SpecialIds)> {
                   "fuse_unk": false, "byte_fallback": false, "ignore_merges": pre == "llama-bpe",
                   "vocab": vocab, "merges": merges},
     });
-    let id = |k: &str| {
-        md.u64(k)
-            .and_then(|v| u32::try_from(v).ok())
-            .filter(|&v| (v as usize) < tokens.len())
-    };
-    let special = SpecialIds {
-        bos: id("tokenizer.ggml.bos_token_id"),
-        eos: id("tokenizer.ggml.eos_token_id"),
-        eot: id("tokenizer.ggml.eot_token_id"),
-        add_bos: md.bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
-    };
-    Ok((tj, special))
+    Ok((tj, special_ids(md, v.tokens.len())))
 }
 
 fn byte_level(use_regex: bool) -> Value {

@@ -3,6 +3,7 @@
 
 mod chat;
 mod from_gguf;
+mod spm;
 mod stream;
 
 pub use chat::{ChatTemplate, Message};
@@ -50,8 +51,7 @@ impl Tokenizer {
                 return Self::from_json(json.as_bytes(), md);
             }
         }
-        let (json, ids) = from_gguf::tokenizer_json(md)?;
-        let tk = tokenizers::Tokenizer::from_bytes(json.to_string()).map_err(tk_err)?;
+        let (tk, ids) = from_gguf::build(md)?;
         Self::new(tk, ids, md)
     }
 
@@ -59,13 +59,7 @@ impl Tokenizer {
     /// ids and the chat template still come from the GGUF metadata.
     pub fn from_json(json: &[u8], md: &Metadata) -> Result<Tokenizer> {
         let tk = tokenizers::Tokenizer::from_bytes(json).map_err(tk_err)?;
-        let id = |k: &str| md.u64(k).and_then(|v| u32::try_from(v).ok());
-        let ids = SpecialIds {
-            bos: id("tokenizer.ggml.bos_token_id"),
-            eos: id("tokenizer.ggml.eos_token_id"),
-            eot: id("tokenizer.ggml.eot_token_id"),
-            add_bos: md.bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
-        };
+        let ids = from_gguf::special_ids(md, tk.get_vocab_size(true));
         Self::new(tk, ids, md)
     }
 

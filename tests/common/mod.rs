@@ -23,6 +23,22 @@ pub fn model_path() -> PathBuf {
     p
 }
 
+/// A model file in `models/` that a fetch script puts there (`scripts/fetch-model
+/// NAME`, `scripts/fetch-fixtures`); missing is a failure, never a skip.
+pub fn models_file(name: &str) -> PathBuf {
+    let p = root().join("models").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-model gemma3 and scripts/fetch-fixtures",
+        p.display()
+    );
+    p
+}
+
+pub fn gemma_path() -> PathBuf {
+    models_file("gemma-3-270m-q4_k_m.gguf")
+}
+
 pub fn testdata(name: &str) -> Value {
     let p = root().join("../shared/testdata").join(name);
     let text =
@@ -49,3 +65,4 @@ pub fn ids(v: &Value) -> Vec<u32> {
 }
 
 pub mod gpu;
+pub mod llama_cpp;
