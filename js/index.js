@@ -29,10 +29,18 @@ async function checkWebGPU() {
   return { software: Boolean(adapter.info?.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(arch) };
 }
 
-async function fetchModel(url, useCache) {
-  const cache = useCache && globalThis.caches ? await caches.open(CACHE) : null;
-  const hit = cache ? await cache.match(url) : undefined;
-  if (hit) return hit;
+const SIZE_HEADER = "x-pippin-bytes";
+
+/** Cache Storage, when this page has it (not on http: origins other than localhost). */
+async function openCache() {
+  try {
+    return globalThis.caches ? await caches.open(CACHE) : null;
+  } catch {
+    return null;
+  }
+}
+
+async function download(url) {
   let response;
   try {
     response = await fetch(url);
@@ -42,29 +50,91 @@ async function fetchModel(url, useCache) {
   if (!response.ok) {
     throw new Error(`Downloading the model from ${url} failed: HTTP ${response.status} ${response.statusText}`);
   }
-  if (cache) {
-    // Both copies stream: one into Cache Storage, one into the GPU.
-    cache.put(url, response.clone()).catch(() => {});
-  }
+  if (!response.body) throw new Error(`Downloading the model from ${url} failed: the response has no body.`);
   return response;
 }
 
+/**
+ * The model's bytes for the engine. A URL comes from Cache Storage when a complete copy
+ * is there; a download is written to the cache as the engine reads it (one read of the
+ * network stream, paced by the engine: nothing is buffered beyond a chunk), and the
+ * entry is committed only when the model loaded: `done(ok)` commits or discards it.
+ */
 async function openSource(source, options) {
   if (typeof source === "string" || source instanceof URL) {
-    source = await fetchModel(String(source), options.cache !== false);
+    const url = String(source);
+    const cache = options.cache !== false ? await openCache() : null;
+    const hit = cache ? await cache.match(url) : undefined;
+    if (hit?.body && hit.headers.has(SIZE_HEADER)) {
+      const total = Number(hit.headers.get(SIZE_HEADER));
+      return { stream: hit.body, total, fromCache: true, done: async (ok) => ok || (await cache.delete(url)) };
+    }
+    if (hit) await cache.delete(url); // stored without its size: not trusted
+    const response = await download(url);
+    const total = Number(response.headers.get("content-length")) || undefined;
+    // Without a size the copy could not be checked whole later: it is not kept.
+    return cache && total ? cachingStream(cache, url, response, total) : { stream: response.body, total, done: async () => {} };
   }
   if (source instanceof Response) {
     if (!source.body) throw new Error("The model Response has no body.");
     const total = Number(source.headers.get("content-length")) || undefined;
-    return { stream: source.body, total };
+    return { stream: source.body, total, done: async () => {} };
   }
-  if (source instanceof Blob) return { stream: source.stream(), total: source.size };
+  if (source instanceof Blob) return { stream: source.stream(), total: source.size, done: async () => {} };
   if (source instanceof ArrayBuffer) source = new Uint8Array(source);
   if (ArrayBuffer.isView(source)) {
     const blob = new Blob([source]);
-    return { stream: blob.stream(), total: blob.size };
+    return { stream: blob.stream(), total: blob.size, done: async () => {} };
   }
   throw new TypeError("Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
+}
+
+/**
+ * A stream of `response` that also writes each chunk to Cache Storage under `url`,
+ * committed by `done(true)` once all `total` bytes are through (the entry records its
+ * size, so a later hit is used only whole); `done(false)` aborts and evicts it.
+ */
+function cachingStream(cache, url, response, total) {
+  const reader = response.body.getReader();
+  const { readable, writable } = new TransformStream();
+  const writer = writable.getWriter();
+  let bytes = 0;
+  const headers = { "content-type": "application/octet-stream", [SIZE_HEADER]: String(total) };
+  const stored = cache.put(url, new Response(readable, { headers })).then(
+    () => true,
+    () => false,
+  );
+  const pump = async () => {
+    const { value, done } = await reader.read();
+    if (!done) {
+      bytes += value.byteLength;
+      await writer.write(value);
+    }
+    return { value, done };
+  };
+  const stream = new ReadableStream({
+    async pull(controller) {
+      const { value, done } = await pump();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    cancel: (why) => reader.cancel(why),
+  });
+  const done = async (ok) => {
+    if (ok) {
+      // The engine may stop before the file's end: the cache gets the rest too.
+      for (;;) if ((await pump()).done) break;
+      if (bytes === total) {
+        await writer.close();
+        if (await stored) return;
+      }
+    }
+    await writer.abort(new Error("the model did not load")).catch(() => {});
+    await reader.cancel().catch(() => {});
+    await stored;
+    await cache.delete(url);
+  };
+  return { stream, total, done };
 }
 
 function inFolder(folder, file) {
@@ -178,15 +248,25 @@ export class Pippin {
     await initOnce(options.wasmUrl);
     const progress = options.onProgress;
     progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
-    const { stream, total } = await openSource(source, options);
+    const src = await openSource(source, options);
     const onBytes = progress
       ? (loaded, size) => {
-          const t = size || total || 0;
+          const t = size || src.total || 0;
           progress({ phase: "upload", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
         }
       : undefined;
-    const engine = await Engine.load(stream, total, { kvCache: options.kvCache, maxContext: options.maxContext, softwareAdapter: adapter.software }, onBytes);
-    progress?.({ phase: "ready", loaded: total ?? 0, total: total ?? 0, fraction: 1 });
+    const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext, softwareAdapter: adapter.software };
+    let engine;
+    try {
+      engine = await Engine.load(src.stream, src.total, engineOptions, onBytes);
+    } catch (e) {
+      await src.done(false);
+      // A cached copy that does not load is evicted and the model downloaded again.
+      if (src.fromCache) return Pippin.load(source, options);
+      throw e;
+    }
+    await src.done(true);
+    progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 });
     return new Pippin(engine);
   }
 
@@ -259,7 +339,7 @@ export class Pippin {
     const out = [];
     for (const req of await cache.keys()) {
       const r = await cache.match(req);
-      out.push({ url: req.url, bytes: Number(r?.headers.get("content-length")) || (await r.blob()).size });
+      out.push({ url: req.url, bytes: Number(r?.headers.get(SIZE_HEADER)) || (await r.blob()).size });
     }
     return out;
   }

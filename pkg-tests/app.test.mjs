@@ -175,12 +175,8 @@ test("a URL is kept in Cache Storage, listed and deleted", async () => {
     const llm = await Pippin.load(url);
     const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
     await llm.dispose();
-    // cache.put finishes after the load: wait until the copy is complete.
-    let listed = [];
-    for (let i = 0; i < 100 && !listed.some((c) => c.url.endsWith(url)); i++) {
-      await new Promise((ok) => setTimeout(ok, 100));
-      listed = await Pippin.cached();
-    }
+    // The copy is committed before load() resolves.
+    const listed = await Pippin.cached();
     const again = await Pippin.load(url);
     const text2 = await again.generate("The capital of France is", { maxTokens: 2 }).text();
     await again.dispose();
@@ -192,6 +188,55 @@ test("a URL is kept in Cache Storage, listed and deleted", async () => {
   assert.deepEqual(r.listed.map((c) => c.bytes), [98362432]);
   assert.equal(r.deleted, true);
   assert.deepEqual(r.after, []);
+});
+
+test("Cache Storage keeps only models that loaded, and a bad copy is evicted and downloaded again", async () => {
+  const r = await page.evaluate(async (url) => {
+    const err = async (f) => {
+      try {
+        await f();
+        return "no error";
+      } catch (e) {
+        return e.message;
+      }
+    };
+    const truncated = await err(() => Pippin.load("/test/truncated.gguf"));
+    const htmlPage = await err(() => Pippin.load("/test/error-page.gguf"));
+    const afterFailures = (await Pippin.cached()).map((c) => c.url);
+    // A damaged copy in the cache (the size it claims, the wrong bytes).
+    const href = new URL(url, location.href).href;
+    const cache = await caches.open("pippin-models");
+    await cache.put(href, new Response(new Uint8Array(4096), { headers: { "x-pippin-bytes": "4096" } }));
+    const llm = await Pippin.load(url);
+    const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+    await llm.dispose();
+    const listed = await Pippin.cached();
+    await Pippin.deleteCached(href);
+    return { truncated, htmlPage, afterFailures, text, listed };
+  }, MODEL);
+  assert.match(r.truncated, /truncated|ends inside tensor/);
+  assert.match(r.htmlPage, /not a GGUF file/);
+  assert.deepEqual(r.afterFailures, [], "failed loads leave nothing in the cache");
+  assert.equal(r.text, " Paris.");
+  assert.deepEqual(r.listed.map((c) => c.bytes), [98362432], "the damaged copy was replaced by the real file");
+});
+
+test("Gemma 3 270M (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K; SentencePiece) streams llama.cpp's greedy text", async () => {
+  const r = await page.evaluate(async () => {
+    const gemma = await Pippin.load("/models/gemma-3-270m-q4_k_m.gguf", { cache: false, maxContext: 256 });
+    try {
+      // llama.cpp's first six tokens, each decided by a margin over 1 logit.
+      const count = await gemma.generate("One, two, three, four,", { maxTokens: 6 }).text();
+      const chat = await gemma.chat([{ role: "user", content: "Say hi." }], { maxTokens: 4 }).text();
+      return { count, chat, info: gemma.info() };
+    } finally {
+      gemma.dispose();
+    }
+  });
+  assert.equal(r.count, " five, six, seven,");
+  assert.ok(r.chat.length > 0);
+  assert.equal(r.info.config.arch, "gemma3");
+  assert.equal(r.info.config.slidingWindow, 512);
 });
 
 test("LoRA adapters: load from a URL, use per call, switch back to none mid-conversation, unload", async () => {

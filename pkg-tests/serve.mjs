@@ -1,29 +1,35 @@
 // A static file server for the browser tests, on 127.0.0.1 only: the repository root
-// (pkg/, pkg-tests/, models/), plus a few test-only routes for error cases.
+// (pkg/, pkg-tests/, models/), plus a few test-only routes for error cases. Paths stay
+// inside the root and only requests to this machine are answered.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
+import { HttpError, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
 
-const TYPES = { ".js": "text/javascript", ".mjs": "text/javascript", ".html": "text/html", ".wasm": "application/wasm", ".gguf": "application/octet-stream", ".json": "application/json" };
+const ROUTES = {
+  // The first 20 MB of the real model: a download that stops early.
+  "/test/truncated.gguf": (root, res) => {
+    const file = path.join(root, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": 20_000_000 });
+    fs.createReadStream(file, { start: 0, end: 19_999_999 }).on("error", () => res.destroy()).pipe(res);
+  },
+  // An error page served with 200, as misconfigured hosts do.
+  "/test/error-page.gguf": (root, res) => {
+    res.writeHead(200, { "content-type": "text/html" }).end("<!doctype html><h1>Oops</h1>");
+  },
+};
 
 export function serve(root) {
   const server = http.createServer((req, res) => {
-    const url = new URL(req.url, "http://x");
-    if (url.pathname === "/test/truncated.gguf") {
-      // The first 20 MB of the real model: a download that stops early.
-      const file = path.join(root, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
-      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": 20_000_000 });
-      fs.createReadStream(file, { start: 0, end: 19_999_999 }).pipe(res);
-      return;
+    try {
+      if (!localHost(req)) throw new HttpError(403, "forbidden: only requests to 127.0.0.1 or localhost");
+      const raw = String(req.url ?? "/").split("?")[0].split("#")[0];
+      const route = ROUTES[raw];
+      if (route) return route(root, res);
+      sendFile(res, resolveInside(root, raw));
+    } catch (e) {
+      sendError(res, e);
     }
-    const file = path.join(root, path.normalize(url.pathname));
-    if (!file.startsWith(root) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
-      res.writeHead(404).end("not found");
-      return;
-    }
-    const size = fs.statSync(file).size;
-    res.writeHead(200, { "content-type": TYPES[path.extname(file)] ?? "application/octet-stream", "content-length": size });
-    fs.createReadStream(file).pipe(res);
   });
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
 }

@@ -35,10 +35,14 @@ impl Default for SamplerOptions {
     }
 }
 
+/// The smallest temperature that is not greedy: logits (up to ~1e3) divided by it stay
+/// far from f32's range, where a subnormal one would make them infinite and the
+/// probabilities NaN.
+pub const MIN_TEMPERATURE: f32 = 1e-3;
+
 impl SamplerOptions {
     pub fn validate(&self) -> Result<(), String> {
-        let ok = self.temperature >= 0.0
-            && self.temperature.is_finite()
+        let ok = (self.temperature == 0.0 || (MIN_TEMPERATURE..=1e3).contains(&self.temperature))
             && (0.0..=1.0).contains(&self.top_p)
             && self.top_p > 0.0
             && (0.0..=1.0).contains(&self.min_p)
@@ -48,7 +52,7 @@ impl SamplerOptions {
             Ok(())
         } else {
             Err(format!(
-                "sampling options out of range: temperature {} (≥ 0), top_p {} (0 < p ≤ 1), min_p {} (0 to 1), repetition_penalty {} (> 0)",
+                "sampling options out of range: temperature {} (0 for greedy, or {MIN_TEMPERATURE} to 1000), top_p {} (0 < p ≤ 1), min_p {} (0 to 1), repetition_penalty {} (> 0)",
                 self.temperature, self.top_p, self.min_p, self.repetition_penalty
             ))
         }
@@ -280,5 +284,19 @@ mod tests {
         .validate()
         .is_err());
         assert!(SamplerOptions::default().validate().is_ok());
+        // Subnormal and tiny temperatures would turn logits into inf and NaN.
+        for t in [1e-40, f32::MIN_POSITIVE, 1e-6, f32::NAN, f32::INFINITY, 1e9] {
+            let o = opts(|o| o.temperature = t);
+            assert!(o.validate().is_err(), "temperature {t}");
+        }
+        let o = opts(|o| o.temperature = MIN_TEMPERATURE);
+        assert!(o.validate().is_ok());
+        let mut s = Sampler::new(o);
+        let mut logits = vec![900.0, -900.0, 899.0];
+        assert_eq!(
+            s.sample(&mut logits, &[]),
+            0,
+            "the smallest temperature stays finite"
+        );
     }
 }

@@ -75,8 +75,8 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
 
     // The chat reference ends its answer with <|im_end|> (eos), which stops here.
     let tk = tokenizer();
-    let prompt = tk
-        .apply_chat_template(
+    let ids = tk
+        .encode_chat(
             &[pippin::tokenizer::Message::new(
                 "user",
                 "What is the capital of France?",
@@ -84,7 +84,6 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
             true,
         )
         .unwrap();
-    let ids = tk.encode_prompt(&prompt, true).unwrap();
     let mut s = CpuSession::new(reference());
     let opts = GenerateOptions {
         max_tokens: 40,

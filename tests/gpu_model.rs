@@ -109,9 +109,7 @@ fn second_chat_turn_reuses_the_kv_cache() {
         ..Default::default()
     };
     let mut msgs = vec![Message::new("user", "Hi!")];
-    let p1 = tk
-        .encode_prompt(&tk.apply_chat_template(&msgs, true).unwrap(), true)
-        .unwrap();
+    let p1 = tk.encode_chat(&msgs, true).unwrap();
     let mut s = session(KvFormat::F32, 64);
     let mut reply = String::new();
     pollster::block_on(generate(&mut be(&mut s), &tk, &p1, &opts, |t, _| {
@@ -121,9 +119,7 @@ fn second_chat_turn_reuses_the_kv_cache() {
     .unwrap();
     msgs.push(Message::new("assistant", &reply));
     msgs.push(Message::new("user", "And what is 2+2?"));
-    let p2 = tk
-        .encode_prompt(&tk.apply_chat_template(&msgs, true).unwrap(), true)
-        .unwrap();
+    let p2 = tk.encode_chat(&msgs, true).unwrap();
     let cached = pippin::engine::common_prefix(be(&mut s).tokens(), &p2);
     assert!(
         cached > p1.len(),

@@ -95,10 +95,9 @@ fn gpu_perplexity(m: &GpuModel, path: &Path, kv: KvFormat) -> Perplexity {
 fn answers(path: &Path, m: &GpuModel, question: &str) -> (String, String) {
     let (g, _) = Gguf::open(path).unwrap();
     let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
-    let chat = tk
-        .apply_chat_template(&[Message::new("user", question)], true)
+    let prompt = tk
+        .encode_chat(&[Message::new("user", question)], true)
         .unwrap();
-    let prompt = tk.encode_prompt(&chat, true).unwrap();
     let opts = GenerateOptions {
         max_tokens: 12,
         ..Default::default()

@@ -217,6 +217,11 @@ async function loadAdapter() {
 }
 
 $("load").onclick = loadModel;
+$("model-preset").onchange = () => {
+  const url = $("model-preset").value;
+  $("model-url").value = url;
+  if (!url) $("model-url").focus();
+};
 $("composer").onsubmit = send;
 $("input").onkeydown = (e) => {
   if (e.key === "Enter" && !e.shiftKey) send(e);

@@ -72,10 +72,22 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     await page.fill("#adapter-url", "/adapters/demo");
     await page.click("#load-adapter");
     await page.waitForSelector("#adapters input[data-adapter=demo]:checked", { timeout: 120_000 });
-    await page.fill("#input", "Hello with the adapter.");
-    await page.click("#send");
-    await page.waitForFunction(() => document.querySelectorAll(".msg.assistant .meta").length === 4, null, { timeout: 240_000 });
+    // The adapter changes the answer: the same question in a new chat, with it and
+    // then with none (greedy, so each answer is deterministic).
+    const ask = async (q) => {
+      await page.click("#new-chat");
+      await page.fill("#input", q);
+      await page.click("#send");
+      await page.waitForSelector(".msg.assistant .meta", { timeout: 240_000 });
+      // The reply's own text (the message element also shows its token count).
+      return page.evaluate(() => playground.messages.at(-1).content);
+    };
+    const withAdapter = await ask("Hello with the adapter.");
     assert.match(await page.textContent("#adapters"), /demo \(rank 8/);
+    await page.check('#adapters input[data-adapter=""]');
+    await page.waitForSelector('#adapters input[data-adapter=""]:checked');
+    const without = await ask("Hello with the adapter.");
+    assert.notEqual(withAdapter, without, "the adapter changes the reply");
 
     await page.screenshot({ path: path.join(ARTIFACTS, "playground.png"), fullPage: true });
     assert.deepEqual(errors, []);

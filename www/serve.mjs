@@ -1,16 +1,14 @@
 // Serves the playground on 127.0.0.1: the page (www/), the built package (/pkg/),
 // the models (/models/) and adapters (/adapters/NAME/ from target/adapters/NAME).
+// Only requests addressed to this machine are answered (a DNS-rebinding page is
+// refused), and no path leaves its folder.
 //   node www/serve.mjs [--port 8080]
 import http from "node:http";
-import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { HttpError, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const TYPES = {
-  ".js": "text/javascript", ".mjs": "text/javascript", ".html": "text/html; charset=utf-8", ".css": "text/css",
-  ".wasm": "application/wasm", ".json": "application/json", ".svg": "image/svg+xml",
-};
 const ROUTES = [
   ["/pkg/", path.join(root, "pkg")],
   ["/models/", path.join(root, "models")],
@@ -20,28 +18,20 @@ const ROUTES = [
 
 function resolve(urlPath) {
   for (const [prefix, dir] of ROUTES) {
-    if (urlPath.startsWith(prefix)) {
-      const rel = decodeURIComponent(urlPath.slice(prefix.length)) || "index.html";
-      const file = path.join(dir, path.normalize(rel));
-      return file.startsWith(dir) ? file : null;
-    }
+    if (urlPath.startsWith(prefix)) return resolveInside(dir, urlPath.slice(prefix.length) || "index.html");
   }
-  return null;
+  throw new HttpError(404, "not found");
 }
 
 export function serve(port = 0) {
   const server = http.createServer((req, res) => {
-    const file = resolve(new URL(req.url, "http://x").pathname);
-    if (!file || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
-      res.writeHead(404, { "content-type": "text/plain" }).end("not found");
-      return;
+    try {
+      if (!localHost(req)) throw new HttpError(403, "forbidden: this server answers only requests to 127.0.0.1 or localhost");
+      const raw = String(req.url ?? "/").split("?")[0].split("#")[0];
+      sendFile(res, resolve(raw), { "cache-control": "no-cache" });
+    } catch (e) {
+      sendError(res, e);
     }
-    res.writeHead(200, {
-      "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
-      "content-length": fs.statSync(file).size,
-      "cache-control": "no-cache",
-    });
-    fs.createReadStream(file).pipe(res);
   });
   return new Promise((ok) => server.listen(port, "127.0.0.1", () => ok(server)));
 }

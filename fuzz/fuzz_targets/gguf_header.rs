@@ -8,7 +8,9 @@ use pippin::gguf::read_header;
 use std::io::Cursor;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(g) = read_header(Cursor::new(data), Some(data.len() as u64)) else { return };
+    let Ok(g) = read_header(Cursor::new(data), Some(data.len() as u64)) else {
+        return;
+    };
     let _ = pippin::model::Config::from_gguf(&g);
     if g.metadata.len() < 64 {
         let _ = pippin::tokenizer::Tokenizer::from_gguf(&g.metadata);

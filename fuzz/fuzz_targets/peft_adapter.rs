@@ -15,14 +15,10 @@ fn config() -> Config {
         hidden: 64,
         ffn_dim: 96,
         vocab_size: 64,
-        rms_eps: 1e-5,
-        rope_theta: 1e4,
         rope_dim: 32,
         rope_style: RopeStyle::Adjacent,
-        rope_freq_factors: false,
         context_length: 64,
-        tied_embeddings: true,
-        qk_norm: false,
+        ..Config::default()
     }
 }
 

@@ -196,8 +196,16 @@ impl<S: ByteSource> Window<'_, S> {
                 "tensor {name:?} starts inside the previous one"
             )));
         }
+        // A tensor is held whole while it is repacked: refuse what cannot be, before
+        // buffering toward it (wasm32 has a 4 GiB address space).
+        if n > MAX_TENSOR_BYTES || usize::try_from(n).is_err() {
+            return Err(Error::unsupported(format!(
+                "tensor {name:?} has {n} bytes, more than the {} MiB a tensor may have here",
+                MAX_TENSOR_BYTES >> 20
+            )));
+        }
         loop {
-            let drop = ((start - self.base) as usize).min(self.buf.len());
+            let drop = (start - self.base).min(self.buf.len() as u64) as usize;
             self.buf.drain(..drop);
             self.base += drop as u64;
             if self.base == start && self.buf.len() as u64 >= n {
@@ -214,6 +222,50 @@ impl<S: ByteSource> Window<'_, S> {
     }
 }
 
+/// Largest tensor the loader holds in memory at once.
+const MAX_TENSOR_BYTES: u64 = if cfg!(target_arch = "wasm32") {
+    1 << 30
+} else {
+    1 << 40
+};
+
+/// Most bytes a header may take before the stream is given up on: vocabularies of
+/// 256k tokens take a few MB; a file whose header is not done by here is not a model.
+const MAX_HEADER: usize = 128 << 20;
+
+/// The GGUF header from the start of the stream, re-parsed as the buffer doubles. A
+/// header that is wrong fails as soon as the bytes show it (a size over what the file
+/// holds included), not once the whole file has been read.
+async fn read_streamed_header<S: ByteSource>(
+    w: &mut Window<'_, S>,
+    total: Option<u64>,
+    progress: Progress<'_>,
+) -> Result<Gguf> {
+    let mut tried_at = 0usize;
+    loop {
+        let have = w.buf.len();
+        if have >= tried_at.saturating_mul(2).max(64 << 10) || w.eof {
+            tried_at = have;
+            if let Some(g) = crate::gguf::read_header_prefix(&w.buf, total)? {
+                return Ok(g);
+            }
+            if w.eof {
+                // Every byte there is, and still no header: the strict parse's error.
+                crate::gguf::read_header(&w.buf[..], total)?;
+                return Err(Error::Truncated("the file ends inside its header".into()));
+            }
+            if have > MAX_HEADER {
+                return Err(Error::gguf(format!(
+                    "no complete header in the first {} MiB: not a model file",
+                    MAX_HEADER >> 20
+                )));
+            }
+        }
+        w.fill().await?;
+        progress(w.read, total.unwrap_or(0));
+    }
+}
+
 impl GpuModel {
     /// Parses the header and uploads the model from a byte stream, tensor by tensor as
     /// the bytes arrive: at most one tensor and one chunk are held in memory.
@@ -223,6 +275,18 @@ impl GpuModel {
         src: &mut S,
         progress: Progress<'_>,
     ) -> Result<(GpuModel, Gguf)> {
+        Self::load_checked(gpu, src, progress, &mut |_| Ok(())).await
+    }
+
+    /// As `load_from`, with `check(header)` run before any weight is read (the caller
+    /// builds the tokenizer there): a file that cannot be used fails before its
+    /// weights are downloaded and uploaded.
+    pub async fn load_checked<S: ByteSource>(
+        gpu: Gpu,
+        src: &mut S,
+        progress: Progress<'_>,
+        check: &mut dyn FnMut(&Gguf) -> Result<()>,
+    ) -> Result<(GpuModel, Gguf)> {
         let total = src.total_len();
         let mut w = Window {
             src,
@@ -231,26 +295,11 @@ impl GpuModel {
             eof: false,
             read: 0,
         };
-        // The header's size is unknown until it parses: retry as the buffer doubles.
-        let mut tried_at = 0usize;
-        let gguf = loop {
-            if w.buf.len() >= tried_at.saturating_mul(2).max(64 << 10) || w.eof {
-                tried_at = w.buf.len();
-                match crate::gguf::read_header(&w.buf[..], total) {
-                    Ok(g) => break g,
-                    Err(Error::Truncated(_)) if !w.eof => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            if !w.fill().await? && w.buf.len() == tried_at {
-                // At the end and already tried with every byte there is.
-                crate::gguf::read_header(&w.buf[..], total)?;
-            }
-            progress(w.read, total.unwrap_or(0));
-        };
+        let gguf = read_streamed_header(&mut w, total, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
         let roles = needed(&gguf, &config)?;
+        check(&gguf)?;
         let mut order: Vec<&crate::gguf::TensorInfo> = gguf
             .tensors
             .iter()

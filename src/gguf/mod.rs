@@ -7,7 +7,7 @@ mod reader;
 mod value;
 mod writer;
 
-pub use reader::{read_header, MAX_ARRAY, MAX_STRING, MAX_TENSORS};
+pub use reader::{read_header, read_header_prefix, MAX_ARRAY, MAX_STRING, MAX_TENSORS};
 pub use value::{type_id, Array, Value};
 pub use writer::Writer;
 
@@ -150,8 +150,10 @@ impl Gguf {
 
     /// Reads and dequantizes one tensor to f32.
     pub fn read_f32<R: Read + Seek>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<f32>> {
+        let n = usize::try_from(t.n_elements)
+            .map_err(|_| Error::unsupported(format!("tensor {:?} is too large", t.name)))?;
         let bytes = self.read_tensor(r, t)?;
-        quant::dequantize(t.ty, &bytes, t.n_elements as usize)
+        quant::dequantize(t.ty, &bytes, n)
             .map_err(|e| Error::unsupported(format!("tensor {:?}: {e}", t.name)))
     }
 }

@@ -8,6 +8,7 @@ use super::value::{type_id, Array, Value};
 use super::{Gguf, Metadata, TensorInfo};
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::io::Read;
 
@@ -27,14 +28,38 @@ pub fn read_header<R: Read>(r: R, total_len: Option<u64>) -> Result<Gguf> {
         r,
         pos: 0,
         total: total_len,
+        ran_out: Cell::new(false),
     }
     .header()
+}
+
+/// Parses the header from the first bytes of a stream that is still arriving: `None`
+/// when `prefix` ends before the header does (more bytes are needed), an error as
+/// soon as the header is wrong. A size the file cannot hold (`total_len`, when known)
+/// is an error at once, so a damaged download is never buffered whole first.
+pub fn read_header_prefix(prefix: &[u8], total_len: Option<u64>) -> Result<Option<Gguf>> {
+    let mut p = Parser {
+        r: prefix,
+        pos: 0,
+        total: total_len,
+        ran_out: Cell::new(false),
+    };
+    match p.header() {
+        Ok(g) => Ok(Some(g)),
+        // The prefix ended, not the file: ask for more.
+        Err(_) if p.ran_out.get() && total_len.is_none_or(|t| (prefix.len() as u64) < t) => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 struct Parser<R> {
     r: R,
     pos: u64,
     total: Option<u64>,
+    /// The reader ended (as opposed to a size that cannot fit the file).
+    ran_out: Cell<bool>,
 }
 
 impl<R: Read> Parser<R> {
@@ -269,6 +294,7 @@ impl<R: Read> Parser<R> {
     }
 
     fn eof(&self, what: &str) -> Error {
+        self.ran_out.set(true);
         Error::Truncated(format!(
             "the file ends at byte {} while reading {what}",
             self.pos

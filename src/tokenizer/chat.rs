@@ -1,9 +1,22 @@
 //! Chat templates: the model's own Jinja template (`tokenizer.chat_template`) rendered
 //! by minijinja with Python-compatible methods, as Hugging Face renders it
-//! (trim_blocks and lstrip_blocks on).
+//! (trim_blocks and lstrip_blocks on). A template comes from the model file, so it is
+//! untrusted code: it runs on a budget of instructions, recursion and output, and a
+//! hostile one fails with an error instead of hanging the page. (Not bounded: the
+//! memory of values a template builds without printing them, e.g. a string doubled
+//! in a loop; minijinja offers no hook for that.)
 
 use crate::error::{Error, Result};
 use minijinja::{context, Environment, ErrorKind};
+use std::io::Write;
+
+/// Template instructions one render may execute: real templates take a few thousand
+/// per message; a nested-loop bomb runs out in milliseconds.
+pub const FUEL: u64 = 2_000_000;
+/// Deepest nesting of loops, calls and includes.
+const RECURSION: usize = 64;
+/// Most bytes a rendered prompt may have (far more than any model's context).
+pub const MAX_OUTPUT: usize = 8 << 20;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +48,8 @@ fn template_err(e: minijinja::Error) -> Error {
 impl ChatTemplate {
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self> {
         let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION);
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
@@ -57,13 +72,35 @@ impl ChatTemplate {
 
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let tmpl = self.env.get_template("chat").map_err(template_err)?;
-        tmpl.render(context! {
+        let mut out = Bounded(Vec::new());
+        let ctx = context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,
-        })
-        .map_err(template_err)
+        };
+        tmpl.render_captured_to(ctx, &mut out)
+            .map_err(template_err)?;
+        String::from_utf8(out.0).map_err(|_| Error::Template("the output is not UTF-8".into()))
+    }
+}
+
+/// Output that refuses to grow past MAX_OUTPUT.
+struct Bounded(Vec<u8>);
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_OUTPUT {
+            return Err(std::io::Error::other(format!(
+                "the rendered prompt is over {} MiB",
+                MAX_OUTPUT >> 20
+            )));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -94,17 +131,12 @@ fn strftime_now(fmt: String) -> String {
         .replace("%b", &month[..3])
 }
 
+/// Seconds since 1970 from the system clock, or in the browser JavaScript's
+/// `Date.now()` (std's clock is not there on wasm32; `web_time` bridges it).
 fn web_time_secs() -> u64 {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        0
-    }
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Days since 1970-01-01 to (year, month, day), after Howard Hinnant's algorithm.
@@ -135,6 +167,36 @@ mod tests {
         let t = ChatTemplate::new("{{ raise_exception('no system role') }}", "", "").unwrap();
         let e = t.render(&[], false).unwrap_err().to_string();
         assert!(e.contains("no system role"), "{e}");
+    }
+
+    #[test]
+    fn hostile_templates_fail_within_a_bound() {
+        let bombs = [
+            // Nested loops: 10^15 iterations.
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}",
+            // Unbounded recursion through a macro.
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            // Output without end.
+            "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+            // One huge string.
+            "{{ 'x' * 50000000 }}",
+        ];
+        for src in bombs {
+            let t = web_time::Instant::now();
+            let e = ChatTemplate::new(src, "", "")
+                .and_then(|tpl| tpl.render(&[Message::new("user", "hi")], true))
+                .unwrap_err();
+            let secs = t.elapsed().as_secs_f64();
+            assert!(secs < 5.0, "{src}: took {secs} s");
+            assert!(matches!(e, Error::Template(_)), "{src}: {e}");
+        }
+    }
+
+    #[test]
+    fn today_is_not_1970() {
+        let t = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
+        let year: i32 = t.render(&[], false).unwrap().parse().unwrap();
+        assert!(year >= 2025, "{year}");
     }
 
     #[test]

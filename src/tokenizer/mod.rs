@@ -2,6 +2,7 @@
 //! from a `tokenizer.json`; chat templates; streaming detokenization.
 
 mod chat;
+mod chat_ids;
 mod from_gguf;
 mod spm;
 mod stream;
@@ -12,6 +13,20 @@ pub use stream::TextStream;
 
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
+use std::collections::HashMap;
+
+/// Gemma's turn format, for Gemma files that carry no template (the 270M GGUF does
+/// not): a system message opens the first user turn; the assistant is "model".
+const GEMMA_TEMPLATE: &str = "{{ bos_token }}\
+{%- if messages and messages[0]['role'] == 'system' -%}\
+{%- set prefix = messages[0]['content'] | trim + '\n\n' -%}{%- set turns = messages[1:] -%}\
+{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}\
+{%- for m in turns -%}\
+{{ '<start_of_turn>' + ('model' if m['role'] == 'assistant' else m['role']) + '\n' }}\
+{%- if loop.first %}{{ prefix }}{% endif -%}\
+{{ m['content'] | trim }}{{ '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
 
 /// Token texts that end a turn in the chat formats we know, besides the GGUF's EOS/EOT.
 const END_OF_TURN: &[&str] = &[
@@ -36,6 +51,8 @@ pub struct Tokenizer {
     pub ids: SpecialIds,
     stop: Vec<u32>,
     chat: Option<ChatTemplate>,
+    /// Special-token texts by first character, longest first (chat markup).
+    specials: HashMap<char, Vec<(String, u32)>>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -72,7 +89,13 @@ impl Tokenizer {
         stop.dedup();
         let token_text =
             |id: Option<u32>| id.and_then(|i| special.id_to_token(i)).unwrap_or_default();
-        let chat = match md.str("tokenizer.chat_template") {
+        let template = md
+            .str("tokenizer.chat_template")
+            .or(match md.str("general.architecture") {
+                Some("gemma3") => Some(GEMMA_TEMPLATE),
+                _ => None,
+            });
+        let chat = match template {
             Some(src) => Some(ChatTemplate::new(
                 src,
                 &token_text(ids.bos),
@@ -80,12 +103,22 @@ impl Tokenizer {
             )?),
             None => None,
         };
+        let mut specials: HashMap<char, Vec<(String, u32)>> = HashMap::new();
+        for (id, t) in special.get_added_tokens_decoder() {
+            if let (true, Some(c)) = (t.special, t.content.chars().next()) {
+                specials.entry(c).or_default().push((t.content.clone(), id));
+            }
+        }
+        for v in specials.values_mut() {
+            v.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        }
         Ok(Tokenizer {
             plain,
             special,
             ids,
             stop,
             chat,
+            specials,
         })
     }
 
@@ -103,13 +136,17 @@ impl Tokenizer {
     /// Ids for a model input: BOS first when the model wants it and `text` does not
     /// already start with it (chat templates often write it themselves).
     pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        let mut ids = self.encode(text, parse_special)?;
+        Ok(self.with_bos(self.encode(text, parse_special)?))
+    }
+
+    /// `ids` with BOS first, when the model wants it and it is not there already.
+    fn with_bos(&self, mut ids: Vec<u32>) -> Vec<u32> {
         if let (true, Some(bos)) = (self.ids.add_bos, self.ids.bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
         }
-        Ok(ids)
+        ids
     }
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {

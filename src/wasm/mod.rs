@@ -169,10 +169,16 @@ impl Engine {
                 );
             }
         };
-        let (model, gguf) = GpuModel::load_from(gpu, &mut src, &mut progress)
+        // The tokenizer is built from the header, before any weight is uploaded.
+        let mut tokenizer = None;
+        let mut check = |g: &crate::gguf::Gguf| {
+            tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
+            Ok(())
+        };
+        let (model, _) = GpuModel::load_checked(gpu, &mut src, &mut progress, &mut check)
             .await
             .map_err(js_err)?;
-        let tk = Tokenizer::from_gguf(&gguf.metadata).map_err(js_err)?;
+        let tk = tokenizer.ok_or_else(|| JsError::new("the model has no tokenizer"))?;
         let so = SessionOptions {
             max_context: opts.max_context.unwrap_or(2048),
             kv: opts.kv_cache.unwrap_or_default(),
@@ -245,10 +251,7 @@ impl Engine {
             s.generation = None;
             let prompt = match req {
                 Request::Prompt(p) => s.tk.encode_prompt(&p, false),
-                Request::Chat(m) => {
-                    s.tk.apply_chat_template(&m, true)
-                        .and_then(|t| s.tk.encode_prompt(&t, true))
-                }
+                Request::Chat(m) => s.tk.encode_chat(&m, true),
             }
             .map_err(js_err)?;
             s.current = s.pick(&adapter)?;

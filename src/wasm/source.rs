@@ -16,9 +16,14 @@ impl JsStream {
     }
 }
 
+/// A stream's error as text: an `Error`'s message, a thrown string, or whatever
+/// JavaScript says the value is (streams may reject with anything).
 fn describe(e: wasm_bindgen::JsValue) -> Error {
-    let msg = js_sys::Error::from(e).message();
-    Error::invalid(format!("reading the model failed: {}", String::from(msg)))
+    let msg = match e.dyn_ref::<js_sys::Error>() {
+        Some(err) => String::from(err.message()),
+        None => e.as_string().unwrap_or_else(|| format!("{e:?}")),
+    };
+    Error::invalid(format!("reading the model failed: {msg}"))
 }
 
 impl ByteSource for JsStream {

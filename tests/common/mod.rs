@@ -66,3 +66,4 @@ pub fn ids(v: &Value) -> Vec<u32> {
 
 pub mod gpu;
 pub mod llama_cpp;
+pub mod synthetic;

@@ -163,17 +163,16 @@ fn parse_kv(s: &str) -> std::result::Result<KvFormat, String> {
 fn generate(a: GenerateArgs) -> Result<()> {
     let (gguf, _) = Gguf::open(&a.model)?;
     let tk = Tokenizer::from_gguf(&gguf.metadata)?;
-    let (text, parse_special) = if a.chat {
+    let prompt = if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
             msgs.push(Message::new("system", s));
         }
         msgs.push(Message::new("user", &a.prompt));
-        (tk.apply_chat_template(&msgs, true)?, true)
+        tk.encode_chat(&msgs, true)?
     } else {
-        (a.prompt.clone(), false)
+        tk.encode_prompt(&a.prompt, false)?
     };
-    let prompt = tk.encode_prompt(&text, parse_special)?;
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerOptions {

@@ -1,0 +1,169 @@
+//! Tiny synthetic models written as GGUF files, for tests that need an architecture's
+//! graph at a size where every path (windows shorter than a prompt, rings that wrap)
+//! runs in milliseconds, and for crafted (broken) files.
+#![allow(dead_code)]
+
+use pippin::gguf::{Value, Writer};
+use pippin::quant::{encode, GgmlType};
+use std::path::{Path, PathBuf};
+
+pub const HIDDEN: usize = 64;
+pub const HEADS: usize = 2;
+pub const HEAD_DIM: usize = 32;
+pub const FFN: usize = 64;
+pub const VOCAB: usize = 96;
+
+/// What a synthetic model looks like; `Spec::llama()` and `Spec::gemma3(window)` are
+/// valid models, tests break them field by field.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub arch: &'static str,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    /// Sliding window (Gemma 3), on layers 0 and 1 of every 3.
+    pub window: usize,
+    /// Metadata added last (overriding what the spec wrote).
+    pub extra: Vec<(String, Value)>,
+    /// Tensors left out, by name.
+    pub drop: Vec<String>,
+    /// The GGML type of a tensor (F32 when `None`); its bytes are random valid blocks.
+    pub ty: fn(&str) -> GgmlType,
+}
+
+fn all_f32(_: &str) -> GgmlType {
+    GgmlType::F32
+}
+
+impl Spec {
+    pub fn llama() -> Spec {
+        Spec {
+            arch: "llama",
+            layers: 2,
+            hidden: HIDDEN,
+            heads: HEADS,
+            kv_heads: 1,
+            head_dim: HEAD_DIM,
+            ffn: FFN,
+            vocab: VOCAB,
+            window: 0,
+            extra: Vec::new(),
+            drop: Vec::new(),
+            ty: all_f32,
+        }
+    }
+
+    pub fn gemma3(window: usize) -> Spec {
+        Spec {
+            arch: "gemma3",
+            layers: 3,
+            window,
+            ..Spec::llama()
+        }
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        let a = self.arch;
+        w.meta("general.architecture", Value::Str(a.into()));
+        let mut ints = vec![
+            ("block_count", self.layers),
+            ("context_length", 256),
+            ("embedding_length", self.hidden),
+            ("feed_forward_length", self.ffn),
+            ("attention.head_count", self.heads),
+            ("attention.head_count_kv", self.kv_heads),
+            ("attention.key_length", self.head_dim),
+            ("attention.value_length", self.head_dim),
+        ];
+        if a == "gemma3" {
+            ints.push(("attention.sliding_window", self.window));
+            ints.push(("attention.sliding_window_pattern", 3));
+        }
+        for (k, v) in ints {
+            w.meta(&format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        w.meta(&format!("{a}.rope.freq_base"), Value::F32(1_000_000.0));
+        w.meta(
+            &format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        );
+        for (k, v) in &self.extra {
+            w.meta(k, v.clone());
+        }
+        let mut seed = 1;
+        let mut tensor = |w: &mut Writer, name: String, dims: &[usize], norm: bool| {
+            seed += 1;
+            if self.drop.contains(&name) {
+                return;
+            }
+            let n: usize = dims.iter().product();
+            let ty = if norm {
+                GgmlType::F32
+            } else {
+                (self.ty)(&name)
+            };
+            let bytes = if ty == GgmlType::F32 {
+                let v: Vec<f32> = super::gpu::values(n, seed)
+                    .iter()
+                    .map(|x| {
+                        if norm {
+                            1.0 + 0.2 * x
+                        } else {
+                            x * 2.0 / (dims[0] as f32).sqrt()
+                        }
+                    })
+                    .collect();
+                encode::f32s(&v)
+            } else {
+                let per = ty.block().0 as usize;
+                encode::random_blocks(ty, n.div_ceil(per) * per, seed)
+            };
+            let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+            w.tensor(&name, &dims, ty, bytes).unwrap();
+        };
+        let (h, q, kv) = (
+            self.hidden,
+            self.heads * self.head_dim,
+            self.kv_heads * self.head_dim,
+        );
+        tensor(&mut w, "token_embd.weight".into(), &[h, self.vocab], false);
+        tensor(&mut w, "output_norm.weight".into(), &[h], true);
+        let gemma = a == "gemma3";
+        for l in 0..self.layers {
+            let p = |s: &str| format!("blk.{l}.{s}.weight");
+            tensor(&mut w, p("attn_norm"), &[h], true);
+            tensor(&mut w, p("attn_q"), &[h, q], false);
+            tensor(&mut w, p("attn_k"), &[h, kv], false);
+            tensor(&mut w, p("attn_v"), &[h, kv], false);
+            tensor(&mut w, p("attn_output"), &[q, h], false);
+            if gemma {
+                tensor(&mut w, p("attn_q_norm"), &[self.head_dim], true);
+                tensor(&mut w, p("attn_k_norm"), &[self.head_dim], true);
+                tensor(&mut w, p("post_attention_norm"), &[h], true);
+                tensor(&mut w, p("post_ffw_norm"), &[h], true);
+            }
+            tensor(&mut w, p("ffn_norm"), &[h], true);
+            tensor(&mut w, p("ffn_gate"), &[h, self.ffn], false);
+            tensor(&mut w, p("ffn_up"), &[h, self.ffn], false);
+            tensor(&mut w, p("ffn_down"), &[self.ffn, h], false);
+        }
+        w.to_bytes().unwrap()
+    }
+
+    pub fn write(&self, path: &Path) {
+        std::fs::write(path, self.bytes()).unwrap();
+    }
+}
+
+/// The valid tiny Gemma 3 (sliding window `window` on layers 0 and 1, 2 global).
+pub fn tiny_gemma3(dir: &Path, window: usize) -> PathBuf {
+    let path = dir.join(format!("tiny-gemma3-w{window}.gguf"));
+    Spec::gemma3(window).write(&path);
+    path
+}
