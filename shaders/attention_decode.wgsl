@@ -69,8 +69,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if start < step.kv_len {
         n = min(CHUNK, step.kv_len - start);
     }
+    // Reset by hand for each d: a `var` declared in the loop body should start at zero
+    // every iteration, but not every compiler does it (Chromium's SwiftShader path
+    // kept the previous d's sums with heads of 256).
+    var o: array<f32, 16>;
     for (var d = lid; d < HD; d += 64u) {
-        var o: array<f32, 16>;
+        for (var g = 0u; g < G; g++) {
+            o[g] = 0.0;
+        }
         for (var j = 0u; j < n; j++) {
             let v = v_at(start + j, kvh, d);
             for (var g = 0u; g < G; g++) {

@@ -30,9 +30,20 @@ fn qs_words() -> u32 {
     }
 }
 
+// Two f16 values of a word, subnormals included: WGSL lets implementations flush
+// subnormals to zero, and real files are full of them (Q6_K's d is subnormal in
+// almost every block of Gemma 3).
+fn halves(w: u32) -> vec2<f32> {
+    let h = vec2<u32>(w & 0xffffu, w >> 16u);
+    let sign = select(vec2<f32>(1.0), vec2<f32>(-1.0), (h & vec2<u32>(0x8000u)) != vec2<u32>(0u));
+    // Exponent 0: mantissa · 2^-24, exact in f32.
+    let small = vec2<f32>(h & vec2<u32>(0x3ffu)) * 5.9604645e-8 * sign;
+    return select(unpack2x16float(w), small, (h & vec2<u32>(0x7c00u)) == vec2<u32>(0u));
+}
+
 // Block `blk`'s f16 scale, two to a word.
 fn half_scale(blk: u32) -> f32 {
-    let h = unpack2x16float(w_scales[blk / 2u]);
+    let h = halves(w_scales[blk / 2u]);
     return select(h.x, h.y, (blk & 1u) == 1u);
 }
 
@@ -105,7 +116,7 @@ fn load_lut(row: u32) {
     lut_group = g;
     let words = select(2u, 8u, FORMAT == 5u);
     for (var i = 0u; i < words; i++) {
-        let h = unpack2x16float(w_scales[g * words + i]);
+        let h = halves(w_scales[g * words + i]);
         lut[2u * i] = h.x;
         lut[2u * i + 1u] = h.y;
     }
@@ -143,7 +154,7 @@ fn lut8(w: u32, shift: u32, width: u32) -> W8 {
 fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
     let sb = blk / 8u;
     let j = blk % 8u;
-    let dm = unpack2x16float(w_scales[sb * 5u]);
+    let dm = halves(w_scales[sb * 5u]);
     // Q2_K, Q3_K and Q6_K scale 16 values at a time: sub-scale 2j + part / 2.
     let s16 = 2u * j + part / 2u;
     switch FORMAT {
@@ -204,8 +215,8 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
         case 1u: {
             let o = base + part * 4u;
             return W8(
-                vec4<f32>(unpack2x16float(w_qs[o]), unpack2x16float(w_qs[o + 1u])),
-                vec4<f32>(unpack2x16float(w_qs[o + 2u]), unpack2x16float(w_qs[o + 3u])));
+                vec4<f32>(halves(w_qs[o]), halves(w_qs[o + 1u])),
+                vec4<f32>(halves(w_qs[o + 2u]), halves(w_qs[o + 3u])));
         }
         case 2u: {
             let o = base + part * 2u;
@@ -221,7 +232,7 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
                 let d = half_scale(blk);
                 return W8((a - 16.0) * d, (b - 16.0) * d);
             }
-            let dm = unpack2x16float(w_scales[blk]);
+            let dm = halves(w_scales[blk]);
             return W8(a * dm.x + dm.y, b * dm.x + dm.y);
         }
         case 9u: {
@@ -241,7 +252,7 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
                 let d = half_scale(blk);
                 return W8((q.a - 8.0) * d, (q.b - 8.0) * d);
             }
-            let dm = unpack2x16float(w_scales[blk]);
+            let dm = halves(w_scales[blk]);
             return W8(q.a * dm.x + dm.y, q.b * dm.x + dm.y);
         }
     }

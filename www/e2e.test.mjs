@@ -78,15 +78,17 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
       await page.click("#new-chat");
       await page.fill("#input", q);
       await page.click("#send");
-      await page.waitForSelector(".msg.assistant .meta", { timeout: 240_000 });
-      // The reply's own text (the message element also shows its token count).
+      // The reply's own text (the message element also shows its token count), once
+      // the page has recorded it.
+      await page.waitForFunction(() => playground.messages.at(-1)?.role === "assistant", null, { timeout: 240_000 });
       return page.evaluate(() => playground.messages.at(-1).content);
     };
-    const withAdapter = await ask("Hello with the adapter.");
+    await page.fill("#max-tokens", "12");
+    const withAdapter = await ask("Write a poem about the sea.");
     assert.match(await page.textContent("#adapters"), /demo \(rank 8/);
     await page.check('#adapters input[data-adapter=""]');
     await page.waitForSelector('#adapters input[data-adapter=""]:checked');
-    const without = await ask("Hello with the adapter.");
+    const without = await ask("Write a poem about the sea.");
     assert.notEqual(withAdapter, without, "the adapter changes the reply");
 
     await page.screenshot({ path: path.join(ARTIFACTS, "playground.png"), fullPage: true });

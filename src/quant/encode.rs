@@ -69,7 +69,7 @@ pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
         .collect();
     // Byte offsets of each block's f16 scales, and a range that keeps values O(1).
     let (halves, lo, hi): (&[usize], f32, f32) = match ty {
-        F16 => (&[0], -1.0, 1.0),
+        F16 => (&[0], -1.0, 1.0), // every value is a "scale": some are subnormal
         Q8_0 => (&[0], 0.001, 0.01),
         Q4_0 | Q5_0 | Iq4Nl => (&[0], 0.001, 0.02),
         Q4_1 | Q5_1 => (&[0, 2], 0.001, 0.02),
@@ -91,7 +91,12 @@ pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
     };
     for block in out.chunks_exact_mut(bytes as usize) {
         for &at in halves {
-            let v = lo + (hi - lo) * rng.next_f32();
+            // One scale in four is an f16 subnormal, as real files have them (Q6_K's
+            // d nearly always): kernels must not flush them.
+            let v = match rng.next_u64() % 4 {
+                0 => (1 + rng.next_u64() % 1023) as f32 * 2f32.powi(-24),
+                _ => lo + (hi - lo) * rng.next_f32(),
+            };
             block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
         }
     }
