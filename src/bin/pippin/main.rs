@@ -372,7 +372,7 @@ fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Res
         writeln!(s, "  {k:<44} {}", v.summary())?;
     }
     writeln!(s, "\ntensors:")?;
-    let mut by_type = std::collections::BTreeMap::<&str, (usize, u64, u64)>::new();
+    let mut by_type = std::collections::BTreeMap::<(&str, bool), (usize, u64, u64)>::new();
     for t in &g.tensors {
         let dims = format!("{:?}", t.dims);
         writeln!(
@@ -382,16 +382,17 @@ fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Res
             t.ty.name(),
             t.n_bytes
         )?;
-        let e = by_type.entry(t.ty.name()).or_default();
+        let e = by_type.entry((t.ty.name(), t.ty.can_dequantize())).or_default();
         *e = (e.0 + 1, e.1 + t.n_elements, e.2 + t.n_bytes);
     }
     write_palettes(s, g)?;
     writeln!(s, "\nby type:")?;
-    for (ty, (n, elems, bytes)) in by_type {
+    for ((ty, decodable), (n, elems, bytes)) in by_type {
         let bpw = bytes as f64 * 8.0 / elems as f64;
+        let note = if decodable { "" } else { " — Pippin cannot decode this type" };
         writeln!(
             s,
-            "  {ty:<5} {n:>4} tensors {elems:>12} weights {bytes:>11} bytes ({bpw:.2} bits/weight)"
+            "  {ty:<6} {n:>4} tensors {elems:>12} weights {bytes:>11} bytes ({bpw:.2} bits/weight){note}"
         )?;
     }
     Ok(())
