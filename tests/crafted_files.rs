@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::synthetic::Spec;
+use common::synthetic::{with_dim0, with_type_id, Spec};
 use pippin::engine::{ByteSource, GpuModel, ReadSource};
 use pippin::gguf::Value;
 use pippin::gpu::{Caps, Gpu};
@@ -47,30 +47,6 @@ fn refused(name: &str, bytes: &[u8], words: &[&str]) {
             );
         }
     }
-}
-
-/// Offset of the type id of tensor `name` in the header (after its name and dims).
-fn type_field(bytes: &[u8], name: &str) -> usize {
-    let key = name.as_bytes();
-    let at = bytes
-        .windows(key.len())
-        .rposition(|w| w == key)
-        .expect("tensor name in the header");
-    let n_dims = u32::from_le_bytes(bytes[at + key.len()..][..4].try_into().unwrap()) as usize;
-    at + key.len() + 4 + 8 * n_dims
-}
-
-fn with_type_id(mut bytes: Vec<u8>, name: &str, id: u32) -> Vec<u8> {
-    let at = type_field(&bytes, name);
-    bytes[at..at + 4].copy_from_slice(&id.to_le_bytes());
-    bytes
-}
-
-fn with_dim0(mut bytes: Vec<u8>, name: &str, dim: u64) -> Vec<u8> {
-    let key = name.as_bytes();
-    let at = bytes.windows(key.len()).rposition(|w| w == key).unwrap() + key.len() + 4;
-    bytes[at..at + 8].copy_from_slice(&dim.to_le_bytes());
-    bytes
 }
 
 fn meta(k: &str, v: u32) -> (String, Value) {
@@ -221,7 +197,7 @@ fn missing_pieces_are_named() {
     };
     refused("bert", &s.bytes(), &["architecture \"bert\""]);
     let dup = Spec {
-        extra: vec![("general.architecture".into(), Value::Str("llama".into()))],
+        duplicate: vec![("general.architecture".into(), Value::Str("llama".into()))],
         ..Spec::llama()
     };
     refused("dup-key", &dup.bytes(), &["general.architecture", "twice"]);

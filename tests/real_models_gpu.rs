@@ -185,7 +185,7 @@ fn gemma3_on_the_gpu_matches_llama_cpp_and_the_cpu_reference() {
 fn sliding_window_ring_cache_gives_the_full_cache_logits() {
     let dir = common::root().join("target/test-synthetic");
     std::fs::create_dir_all(&dir).unwrap();
-    let path = synthetic::tiny_gemma3(&dir, 8);
+    let path = synthetic::tiny_gemma3(&dir, 8).unwrap();
     let m = gpu_model(&path);
     let (_, r) = load_reference(&path).unwrap();
     assert!(r.config.is_sliding(0) && !r.config.is_sliding(2));
@@ -200,7 +200,13 @@ fn sliding_window_ring_cache_gives_the_full_cache_logits() {
         )
         .unwrap();
     for kv in [KvFormat::F32, KvFormat::Int8] {
-        let tol = if kv == KvFormat::F32 { 1e-3 } else { 5e-2 };
+        // int8 keys and values (one scale per head) move logits by ~1% of their size.
+        let size = cpu.iter().flatten().fold(1f32, |m, v| m.max(v.abs()));
+        let tol = if kv == KvFormat::F32 {
+            1e-3
+        } else {
+            2e-2 * size
+        };
         let mut s = session(&m, kv, 8);
         // 40 tokens of prefill in 5 chunks (the ring wraps), then 10 decode steps.
         let got = logits(&m, &mut s, &tokens[..40]);

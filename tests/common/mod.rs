@@ -66,4 +66,5 @@ pub fn ids(v: &Value) -> Vec<u32> {
 
 pub mod gpu;
 pub mod llama_cpp;
-pub mod synthetic;
+#[allow(unused_imports)]
+pub use pippin::testing::synthetic;

@@ -382,14 +382,20 @@ fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Res
             t.ty.name(),
             t.n_bytes
         )?;
-        let e = by_type.entry((t.ty.name(), t.ty.can_dequantize())).or_default();
+        let e = by_type
+            .entry((t.ty.name(), t.ty.can_dequantize()))
+            .or_default();
         *e = (e.0 + 1, e.1 + t.n_elements, e.2 + t.n_bytes);
     }
     write_palettes(s, g)?;
     writeln!(s, "\nby type:")?;
     for ((ty, decodable), (n, elems, bytes)) in by_type {
         let bpw = bytes as f64 * 8.0 / elems as f64;
-        let note = if decodable { "" } else { " — Pippin cannot decode this type" };
+        let note = if decodable {
+            ""
+        } else {
+            " — Pippin cannot decode this type"
+        };
         writeln!(
             s,
             "  {ty:<6} {n:>4} tensors {elems:>12} weights {bytes:>11} bytes ({bpw:.2} bits/weight){note}"

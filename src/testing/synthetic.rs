@@ -1,10 +1,11 @@
 //! Tiny synthetic models written as GGUF files, for tests that need an architecture's
 //! graph at a size where every path (windows shorter than a prompt, rings that wrap)
-//! runs in milliseconds, and for crafted (broken) files.
-#![allow(dead_code)]
+//! runs in milliseconds, and for crafted (broken) files — natively and in the browser
+//! tests (wasm32, where sizes must not wrap).
 
-use pippin::gguf::{Value, Writer};
-use pippin::quant::{encode, GgmlType};
+use crate::gguf::{Value, Writer};
+use crate::quant::{encode, GgmlType};
+use crate::sampler::Rng;
 use std::path::{Path, PathBuf};
 
 pub const HIDDEN: usize = 64;
@@ -27,8 +28,10 @@ pub struct Spec {
     pub vocab: usize,
     /// Sliding window (Gemma 3), on layers 0 and 1 of every 3.
     pub window: usize,
-    /// Metadata added last (overriding what the spec wrote).
+    /// Metadata that replaces what the spec would write (or adds to it).
     pub extra: Vec<(String, Value)>,
+    /// Metadata written a second time (a file with duplicate keys).
+    pub duplicate: Vec<(String, Value)>,
     /// Tensors left out, by name.
     pub drop: Vec<String>,
     /// The GGML type of a tensor (F32 when `None`); its bytes are random valid blocks.
@@ -52,6 +55,7 @@ impl Spec {
             vocab: VOCAB,
             window: 0,
             extra: Vec::new(),
+            duplicate: Vec::new(),
             drop: Vec::new(),
             ty: all_f32,
         }
@@ -70,7 +74,13 @@ impl Spec {
     pub fn bytes(&self) -> Vec<u8> {
         let mut w = Writer::new();
         let a = self.arch;
-        w.meta("general.architecture", Value::Str(a.into()));
+        let overridden = |k: &str| self.extra.iter().any(|(e, _)| e == k);
+        let put = |w: &mut Writer, k: &str, v: Value| {
+            if !overridden(k) {
+                w.meta(k, v);
+            }
+        };
+        put(&mut w, "general.architecture", Value::Str(a.into()));
         let mut ints = vec![
             ("block_count", self.layers),
             ("context_length", 256),
@@ -86,14 +96,19 @@ impl Spec {
             ints.push(("attention.sliding_window_pattern", 3));
         }
         for (k, v) in ints {
-            w.meta(&format!("{a}.{k}"), Value::U32(v as u32));
+            put(&mut w, &format!("{a}.{k}"), Value::U32(v as u32));
         }
-        w.meta(&format!("{a}.rope.freq_base"), Value::F32(1_000_000.0));
-        w.meta(
+        put(
+            &mut w,
+            &format!("{a}.rope.freq_base"),
+            Value::F32(1_000_000.0),
+        );
+        put(
+            &mut w,
             &format!("{a}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-6),
         );
-        for (k, v) in &self.extra {
+        for (k, v) in self.extra.iter().chain(&self.duplicate) {
             w.meta(k, v.clone());
         }
         let mut seed = 1;
@@ -109,8 +124,9 @@ impl Spec {
                 (self.ty)(&name)
             };
             let bytes = if ty == GgmlType::F32 {
-                let v: Vec<f32> = super::gpu::values(n, seed)
-                    .iter()
+                let mut rng = Rng::new(seed);
+                let v: Vec<f32> = (0..n)
+                    .map(|_| rng.next_f32() * 2.0 - 1.0)
                     .map(|x| {
                         if norm {
                             1.0 + 0.2 * x
@@ -125,7 +141,8 @@ impl Spec {
                 encode::random_blocks(ty, n.div_ceil(per) * per, seed)
             };
             let dims: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-            w.tensor(&name, &dims, ty, bytes).unwrap();
+            w.tensor(&name, &dims, ty, bytes)
+                .expect("a synthetic tensor's bytes match its type");
         };
         let (h, q, kv) = (
             self.hidden,
@@ -153,17 +170,54 @@ impl Spec {
             tensor(&mut w, p("ffn_up"), &[h, self.ffn], false);
             tensor(&mut w, p("ffn_down"), &[self.ffn, h], false);
         }
-        w.to_bytes().unwrap()
+        w.to_bytes().expect("a synthetic model serializes")
     }
 
-    pub fn write(&self, path: &Path) {
-        std::fs::write(path, self.bytes()).unwrap();
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.bytes())
     }
 }
 
 /// The valid tiny Gemma 3 (sliding window `window` on layers 0 and 1, 2 global).
-pub fn tiny_gemma3(dir: &Path, window: usize) -> PathBuf {
+pub fn tiny_gemma3(dir: &Path, window: usize) -> std::io::Result<PathBuf> {
     let path = dir.join(format!("tiny-gemma3-w{window}.gguf"));
-    Spec::gemma3(window).write(&path);
-    path
+    Spec::gemma3(window).write(&path)?;
+    Ok(path)
+}
+
+/// Offset of the type id of tensor `name` in a file's header (after its name and
+/// dims), to craft files the writer refuses to write.
+pub fn type_field(bytes: &[u8], name: &str) -> usize {
+    let key = name.as_bytes();
+    let at = bytes
+        .windows(key.len())
+        .rposition(|w| w == key)
+        .expect("tensor name in the header");
+    let n_dims = u32::from_le_bytes([
+        bytes[at + key.len()],
+        bytes[at + key.len() + 1],
+        bytes[at + key.len() + 2],
+        bytes[at + key.len() + 3],
+    ]) as usize;
+    at + key.len() + 4 + 8 * n_dims
+}
+
+/// `bytes` with tensor `name`'s type id replaced.
+pub fn with_type_id(mut bytes: Vec<u8>, name: &str, id: u32) -> Vec<u8> {
+    let at = type_field(&bytes, name);
+    bytes[at..at + 4].copy_from_slice(&id.to_le_bytes());
+    bytes
+}
+
+/// `bytes` with tensor `name`'s first dimension replaced.
+pub fn with_dim0(mut bytes: Vec<u8>, name: &str, dim: u64) -> Vec<u8> {
+    let key = name.as_bytes();
+    let at = bytes
+        .windows(key.len())
+        .rposition(|w| w == key)
+        .expect("tensor name in the header")
+        + key.len()
+        + 4;
+    bytes[at..at + 8].copy_from_slice(&dim.to_le_bytes());
+    bytes
 }

@@ -1,7 +1,12 @@
+//! Test support shared by the native tests and the browser's `pkg-tests`: the one
+//! comparison every test uses, and tiny synthetic model files (`synthetic`).
+//!
 //! The one comparison every test uses (here, in `tests/` and in the browser's
 //! `pkg-tests`): NaN- and length-aware, so a kernel that writes NaN, or nothing, can
 //! never pass a tolerance check. `f32::max` drops NaN (`NaN.max(1.0) == 1.0`) and
 //! `zip` stops at the shorter slice; neither is used here.
+
+pub mod synthetic;
 
 /// The largest |a[i] − b[i]|, or NaN when any pair is NaN or infinite. Panics when the
 /// lengths differ or there is nothing to compare, naming `what`.
