@@ -3,8 +3,8 @@
 export type KvCacheFormat = "int8" | "int4" | "f16" | "f32";
 
 export interface LoadProgress {
-  /** "download" (request sent), "upload" (bytes read and sent to the GPU), "ready". */
-  phase: "download" | "upload" | "ready";
+  /** "download" (request sent), "upload" (bytes read and sent to the GPU), "compile" (the GPU pipelines), "ready". */
+  phase: "download" | "upload" | "compile" | "ready";
   /** Bytes of the model file read so far. */
   loaded: number;
   /** Size of the file in bytes; 0 when the server does not say. */
@@ -100,7 +100,8 @@ export interface Info {
     contextLength: number;
     [key: string]: unknown;
   };
-  adapter: string;
+  /** The WebGPU adapter's name ("adapter" elsewhere in this API means a LoRA adapter). */
+  gpuAdapter: string;
   backend: string;
   shaderF16: boolean;
   subgroups: boolean;
@@ -114,7 +115,11 @@ export declare class Pippin {
   /** Models kept in Cache Storage. */
   static cached(): Promise<{ url: string; bytes: number }[]>;
   static deleteCached(url: string): Promise<boolean>;
-  /** Continues `prompt` (no chat template). One reply at a time: a second call while one runs rejects. */
+  /**
+   * Continues `prompt` (no chat template). A reply owns the model until it ends (done,
+   * stopped, aborted, or let go of with `break`/`return()`): meanwhile every other
+   * generate/chat/adapter change/reset/dispose rejects with "already generating".
+   */
   generate(prompt: string, options?: GenerateOptions): Reply;
   /** The assistant's reply to `messages` in the model's chat template; the previous turn's KV cache is reused. */
   chat(messages: Message[], options?: GenerateOptions): Reply;
@@ -133,7 +138,7 @@ export declare class Pippin {
   info(): Info;
   /** Forgets the conversation. */
   reset(): void;
-  /** Frees the GPU memory. */
+  /** Frees the GPU memory. Refused while a reply runs (abort it, or let it finish). */
   dispose(): Promise<void>;
 }
 

@@ -2,6 +2,7 @@
 // adds what JavaScript developers expect — async iterators and ReadableStreams,
 // AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
 import init, { Engine } from "./pippin_wasm.js";
+import { Reply } from "./reply.js";
 
 const CACHE = "pippin-models";
 let ready = null;
@@ -170,65 +171,21 @@ function generationOptions(o = {}) {
   return out;
 }
 
-/** A reply: iterate it with `for await`, or read it as a ReadableStream or a string. */
-class Reply {
-  #engine;
-  #start;
-  #signal;
-  #used = false;
+/** The low-level calls of a reply on a wasm engine (see reply.js). */
+function replyCalls(engine, start) {
+  return {
+    start,
+    next: (id) => engine.next(id),
+    abort: (id) => engine.abort(id),
+    release: (id) => engine.release(id),
+  };
+}
 
-  constructor(engine, start, signal) {
-    this.#engine = engine;
-    this.#start = start;
-    this.#signal = signal;
-  }
+const engines = new WeakMap();
 
-  async *[Symbol.asyncIterator]() {
-    if (this.#used) throw new Error("A reply can be read only once.");
-    this.#used = true;
-    const engine = this.#engine;
-    await this.#start();
-    const onAbort = () => engine.abort();
-    if (this.#signal?.aborted) engine.abort();
-    this.#signal?.addEventListener("abort", onAbort);
-    let finished = false;
-    try {
-      for (;;) {
-        const c = await engine.next();
-        if (c.done) {
-          finished = true;
-          yield { text: "", done: true, finishReason: c.finishReason, usage: c.usage };
-          return;
-        }
-        yield { text: c.text, tokenId: c.tokenId, done: false };
-      }
-    } finally {
-      this.#signal?.removeEventListener("abort", onAbort);
-      if (!finished) engine.abort();
-    }
-  }
-
-  /** The same chunks as a ReadableStream. */
-  stream() {
-    const it = this[Symbol.asyncIterator]();
-    return new ReadableStream({
-      async pull(controller) {
-        const { value, done } = await it.next();
-        if (done) controller.close();
-        else controller.enqueue(value);
-      },
-      cancel() {
-        return it.return();
-      },
-    });
-  }
-
-  /** The whole reply as one string. */
-  async text() {
-    let s = "";
-    for await (const c of this) s += c.text;
-    return s;
-  }
+/** The wasm engine behind a Pippin (for pippin/worker's host; not public API). */
+export function engineOf(pippin) {
+  return engines.get(pippin);
 }
 
 export class Pippin {
@@ -236,6 +193,7 @@ export class Pippin {
 
   constructor(engine) {
     this.#engine = engine;
+    engines.set(this, engine);
   }
 
   /**
@@ -256,9 +214,10 @@ export class Pippin {
         }
       : undefined;
     const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext, softwareAdapter: adapter.software };
+    const onPhase = progress ? (phase) => progress({ phase, loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 }) : undefined;
     let engine;
     try {
-      engine = await Engine.load(src.stream, src.total, engineOptions, onBytes);
+      engine = await Engine.load(src.stream, src.total, engineOptions, onBytes, onPhase);
     } catch (e) {
       await src.done(false);
       // A cached copy that does not load is evicted and the model downloaded again.
@@ -272,14 +231,16 @@ export class Pippin {
 
   /** Streams a continuation of `prompt` (no chat template). */
   generate(prompt, options = {}) {
-    const start = () => this.#engine.generate(String(prompt), generationOptions(options), options.adapter);
-    return new Reply(this.#engine, start, options.signal);
+    const e = this.#engine;
+    const start = () => e.generate(String(prompt), generationOptions(options), options.adapter);
+    return new Reply(replyCalls(e, start), options.signal);
   }
 
   /** Streams the assistant's reply to `messages` ([{role, content}]) in the model's chat template. */
   chat(messages, options = {}) {
-    const start = () => this.#engine.chat(messages, generationOptions(options), options.adapter);
-    return new Reply(this.#engine, start, options.signal);
+    const e = this.#engine;
+    const start = () => e.chat(messages, generationOptions(options), options.adapter);
+    return new Reply(replyCalls(e, start), options.signal);
   }
 
   /**
@@ -316,7 +277,7 @@ export class Pippin {
     return this.#engine.stats();
   }
 
-  /** { config, adapter, backend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
+  /** { config, gpuAdapter, backend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
   info() {
     return this.#engine.info();
   }
@@ -326,10 +287,11 @@ export class Pippin {
     this.#engine.reset();
   }
 
-  /** Frees the GPU memory. */
+  /** Frees the GPU memory (refused while a reply runs). */
   async dispose() {
     this.#engine.dispose();
     this.#engine.free();
+    engines.delete(this);
   }
 
   /** Models kept in Cache Storage: [{ url, bytes }]. */

@@ -1,32 +1,60 @@
-// Runs inside the Web Worker started by worker.js: one Pippin engine, driven by messages.
-import { Pippin } from "./index.js";
+// Runs inside the Web Worker started by worker.js: one Pippin engine, driven by
+// messages. A reply runs ahead of the page: once started, its chunks are computed and
+// posted as fast as the engine makes them, not one per request.
+import { Pippin, engineOf } from "./index.js";
 
 let llm = null;
-let reply = null;
-let ctl = null;
+let engine = null;
+/** The reply being pumped: its id, and whether the page let go of it. */
+let pumping = null;
+
+function pump(id) {
+  const me = { id, released: false };
+  me.done = run(me);
+  pumping = me;
+}
+
+async function run(me) {
+  const id = me.id;
+  try {
+    for (;;) {
+      const chunk = await engine.next(id);
+      if (me.released) {
+        // The page let go while this step ran: end the reply now the engine is free.
+        engine.release(id);
+        return;
+      }
+      postMessage({ reply: id, chunk });
+      if (chunk.done) return;
+    }
+  } catch (err) {
+    if (!me.released) postMessage({ reply: id, error: err instanceof Error ? err.message : String(err) });
+  } finally {
+    if (pumping === me) pumping = null;
+  }
+}
 
 const methods = {
   async load(id, source, options) {
     llm = await Pippin.load(source, { ...options, onProgress: (p) => postMessage({ id, progress: p }) });
+    engine = engineOf(llm);
   },
-  // Each reply gets an AbortController: abort() ends it through the same path as a
-  // page's AbortSignal, and the next next() returns its final chunk.
-  generate(id, prompt, options) {
-    ctl = new AbortController();
-    reply = llm.generate(prompt, { ...options, signal: ctl.signal })[Symbol.asyncIterator]();
+  async start(id, kind, payload, options) {
+    const { adapter, ...opts } = options;
+    const replyId = kind === "chat" ? await engine.chat(payload, opts, adapter) : await engine.generate(String(payload), opts, adapter);
+    pump(replyId);
+    return replyId;
   },
-  chat(id, messages, options) {
-    ctl = new AbortController();
-    reply = llm.chat(messages, { ...options, signal: ctl.signal })[Symbol.asyncIterator]();
+  abort(id, replyId) {
+    engine.abort(replyId);
   },
-  async next() {
-    if (!reply) throw new Error("no generation is running: call generate() or chat() first");
-    const { value, done } = await reply.next();
-    if (done || value.done) reply = null;
-    return done ? { text: "", done: true, finishReason: "abort" } : value;
-  },
-  abort() {
-    ctl?.abort();
+  // Resolves once the reply has ended and the engine is free for the next call.
+  async release(id, replyId) {
+    if (pumping?.id === replyId) {
+      pumping.released = true;
+      await pumping.done;
+    }
+    engine.release(replyId);
   },
   loadAdapter: (id, name, source) => llm.loadAdapter(name, source, { onProgress: (p) => postMessage({ id, progress: p }) }),
   useAdapter: (id, name) => llm.useAdapter(name),

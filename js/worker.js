@@ -1,5 +1,8 @@
 // `pippin/worker`: the same API with the engine in a Web Worker, so the page never
-// freezes while a model loads or generates. Calls become messages; replies stream back.
+// freezes while a model loads or generates. Calls become messages; a reply's chunks
+// stream back as the worker makes them.
+import { Reply } from "./reply.js";
+
 const HOST = new URL("./worker-host.js", import.meta.url);
 
 let nextId = 1;
@@ -8,8 +11,11 @@ class Connection {
   constructor(worker) {
     this.worker = worker;
     this.pending = new Map();
+    /** Replies' chunks as the worker posts them, by reply id. */
+    this.replies = new Map();
     worker.onmessage = (e) => {
-      const { id, ok, value, error, progress } = e.data;
+      const { id, ok, value, error, progress, reply, chunk } = e.data;
+      if (reply !== undefined) return this.#deliver(reply, error ? { error } : { chunk });
       const p = this.pending.get(id);
       if (!p) return;
       if (progress) return p.onProgress?.(progress);
@@ -18,8 +24,10 @@ class Connection {
       else p.reject(new Error(error));
     };
     worker.onerror = (e) => {
-      for (const p of this.pending.values()) p.reject(new Error(`Pippin's worker failed: ${e.message}`));
+      const err = new Error(`Pippin's worker failed: ${e.message}`);
+      for (const p of this.pending.values()) p.reject(err);
       this.pending.clear();
+      for (const id of this.replies.keys()) this.#deliver(id, { error: err.message });
     };
   }
 
@@ -30,54 +38,50 @@ class Connection {
       this.worker.postMessage({ id, method, args });
     });
   }
+
+  #queue(id) {
+    let q = this.replies.get(id);
+    if (!q) this.replies.set(id, (q = { items: [], waiting: null }));
+    return q;
+  }
+
+  #deliver(id, item) {
+    const q = this.#queue(id);
+    if (q.waiting) {
+      const w = q.waiting;
+      q.waiting = null;
+      w(item);
+    } else q.items.push(item);
+  }
+
+  /** The next chunk the worker posted for reply `id`. */
+  async next(id) {
+    const q = this.#queue(id);
+    const item = q.items.length ? q.items.shift() : await new Promise((ok) => (q.waiting = ok));
+    if (item.error) throw new Error(item.error);
+    if (item.chunk.done) this.replies.delete(id);
+    return item.chunk;
+  }
+
+  /** The low-level calls of a reply (see reply.js) through the worker. */
+  replyCalls(kind, payload, options) {
+    return {
+      start: () => this.call("start", [kind, payload, options]),
+      next: (id) => this.next(id),
+      abort: (id) => this.call("abort", [id]),
+      release: (id) => {
+        this.replies.delete(id);
+        return this.call("release", [id]);
+      },
+    };
+  }
 }
 
-class Reply {
-  constructor(conn, start, signal) {
-    this.conn = conn;
-    this.start = start;
-    this.signal = signal;
-  }
-
-  async *[Symbol.asyncIterator]() {
-    await this.start();
-    const onAbort = () => this.conn.call("abort");
-    if (this.signal?.aborted) onAbort();
-    this.signal?.addEventListener("abort", onAbort);
-    let finished = false;
-    try {
-      for (;;) {
-        const c = await this.conn.call("next");
-        if (c.done) {
-          finished = true;
-          yield c;
-          return;
-        }
-        yield c;
-      }
-    } finally {
-      this.signal?.removeEventListener("abort", onAbort);
-      if (!finished) this.conn.call("abort");
-    }
-  }
-
-  stream() {
-    const it = this[Symbol.asyncIterator]();
-    return new ReadableStream({
-      async pull(c) {
-        const { value, done } = await it.next();
-        if (done) c.close();
-        else c.enqueue(value);
-      },
-      cancel: () => it.return(),
-    });
-  }
-
-  async text() {
-    let s = "";
-    for await (const c of this) s += c.text;
-    return s;
-  }
+/** Generation options as the worker takes them (a string stop is one stop). */
+function workerOptions(o) {
+  const out = { ...o };
+  if (typeof out.stop === "string") out.stop = [out.stop];
+  return out;
 }
 
 export class Pippin {
@@ -113,12 +117,12 @@ export class Pippin {
 
   generate(prompt, options = {}) {
     const { signal, ...o } = options;
-    return new Reply(this.#conn, () => this.#conn.call("generate", [prompt, o]), signal);
+    return new Reply(this.#conn.replyCalls("generate", String(prompt), workerOptions(o)), signal);
   }
 
   chat(messages, options = {}) {
     const { signal, ...o } = options;
-    return new Reply(this.#conn, () => this.#conn.call("chat", [messages, o]), signal);
+    return new Reply(this.#conn.replyCalls("chat", messages, workerOptions(o)), signal);
   }
 
   loadAdapter(name, source, options = {}) {

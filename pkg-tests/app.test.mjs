@@ -128,6 +128,72 @@ test("a second generate while one runs is rejected clearly", async () => {
   assert.match(msg, /already generating/);
 });
 
+test("a reply owns the model until it ends, in pippin and in pippin/worker", async () => {
+  const r = await page.evaluate(async (url) => {
+    const worker = await WorkerPippin.load(url, { cache: false });
+    const out = {};
+    for (const [name, m] of [["main", llm], ["worker", worker]]) {
+      const err = async (f) => {
+        try {
+          await f();
+          return "no error";
+        } catch (e) {
+          return e.message;
+        }
+      };
+      await m.reset();
+      const alone = await m.generate("The capital of France is", { maxTokens: 6 }).text();
+      await m.reset();
+      const ctlA = new AbortController();
+      const a = m.generate("The capital of France is", { maxTokens: 6, signal: ctlA.signal })[Symbol.asyncIterator]();
+      let text = (await a.next()).value.text;
+      // Between two chunks: every call that would disturb the reply is refused.
+      const refused = [
+        await err(() => m.generate("Hello", { maxTokens: 2 }).text()),
+        await err(() => m.chat([{ role: "user", content: "Hi" }], { maxTokens: 2 }).text()),
+        await err(() => m.useAdapter(null)),
+        await err(() => m.unloadAdapter("none")),
+        await err(() => m.reset()),
+        await err(() => m.dispose()),
+      ];
+      let finish;
+      for (;;) {
+        const { value } = await a.next();
+        if (value.done) {
+          finish = value.finishReason;
+          break;
+        }
+        text += value.text;
+      }
+      // A finished reply's signal cannot stop the next one.
+      const b = m.generate("Once upon a time", { maxTokens: 5 })[Symbol.asyncIterator]();
+      await b.next();
+      ctlA.abort();
+      let bFinish;
+      for (;;) {
+        const { value } = await b.next();
+        if (value.done) {
+          bFinish = value.finishReason;
+          break;
+        }
+      }
+      // Letting go of a reply (break) frees the model.
+      for await (const c of m.generate("Once upon a time", { maxTokens: 30 })) break;
+      const after = await m.generate("The capital of France is", { maxTokens: 2 }).text();
+      out[name] = { alone, text, finish, refused, bFinish, after };
+    }
+    await worker.dispose();
+    return out;
+  }, MODEL);
+  for (const [name, o] of Object.entries(r)) {
+    assert.equal(o.text, o.alone, `${name}: the reply wrote what it writes alone`);
+    assert.equal(o.finish, "length", name);
+    for (const msg of o.refused) assert.match(msg, /already generating/, name);
+    assert.equal(o.bFinish, "length", `${name}: a stale signal stopped nothing`);
+    assert.equal(o.after, " Paris.", name);
+  }
+});
+
 test("chat uses the template, reuses the KV cache, and reports stats and info", async () => {
   const r = await page.evaluate(async () => {
     llm.reset();
@@ -142,7 +208,8 @@ test("chat uses the template, reuses the KV cache, and reports stats and info", 
   assert.ok(r.usage.cachedTokens > 20, `turn 1 is reused (${r.usage.cachedTokens} cached tokens)`);
   assert.ok(r.stats.decodeTokensPerS > 0 && r.stats.weightBytes > 90e6 && r.stats.kvCacheBytes > 0);
   assert.equal(r.info.config.nLayers, 30);
-  assert.equal(typeof r.info.adapter, "string");
+  assert.equal(typeof r.info.gpuAdapter, "string");
+  assert.equal(r.info.adapter, undefined, "\"adapter\" means LoRA adapters only");
 });
 
 test("bad sources are clear errors and the loaded model keeps working", async () => {

@@ -1,10 +1,16 @@
 // Included by every kernel that runs per step: the values that change each step
-// (shapes are `override` constants), bound as a uniform at binding 0.
+// (shapes are `override` constants), bound as a uniform at binding 0. Per-call choices
+// (how many candidates to keep, the repetition penalty) are here too, never pipeline
+// constants: changing them creates nothing.
 struct Step {
     n_tokens: u32,
     pos0: u32,
     kv_len: u32,
     n_splits: u32,
+    top_k: u32,
+    penalty: f32,
+    pad0: u32,
+    pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> step: Step;

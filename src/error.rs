@@ -18,6 +18,9 @@ pub enum Error {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
+    /// A reply owns the model: the call was refused (calls are not queued).
+    #[error("{0}")]
+    Busy(String),
     /// A caller passed something out of range (prompt too long, bad option...).
     #[error("{0}")]
     Invalid(String),

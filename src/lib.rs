@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod quant;
+pub mod rng;
 pub mod sampler;
 pub mod testing;
 pub mod tokenizer;

@@ -59,25 +59,15 @@ impl SamplerOptions {
     }
 }
 
-/// SplitMix64: small, fast, and the same on every platform.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub use crate::rng::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
+/// A forward pass's result for the last token.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Logits {
+    /// Every logit, before any penalty.
+    Full(Vec<f32>),
+    /// The most likely tokens, best first, after the penalty.
+    Top(Vec<(u32, f32)>),
 }
 
 pub struct Sampler {
@@ -111,13 +101,11 @@ impl Sampler {
 
     /// Picks from a backend's result: full logits (penalty applied here) or the GPU's
     /// best candidates (penalty already applied there).
-    pub fn choose(&mut self, logits: crate::engine::Logits, history: &[u32]) -> u32 {
+    pub fn choose(&mut self, logits: Logits, history: &[u32]) -> u32 {
         match logits {
-            crate::engine::Logits::Full(mut l) => self.sample(&mut l, history),
-            crate::engine::Logits::Top(c) if self.opts.temperature == 0.0 => {
-                c.first().map_or(0, |e| e.0)
-            }
-            crate::engine::Logits::Top(c) => self.draw(c),
+            Logits::Full(mut l) => self.sample(&mut l, history),
+            Logits::Top(c) if self.opts.temperature == 0.0 => c.first().map_or(0, |e| e.0),
+            Logits::Top(c) => self.draw(c),
         }
     }
 

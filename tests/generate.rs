@@ -176,3 +176,71 @@ fn cli_errors_are_clear() {
         .unwrap();
     assert!(String::from_utf8_lossy(&info.stderr).contains("not a GGUF file"));
 }
+
+/// A backend whose `fail_at`-th forward call fails once (a lost read-back, say).
+struct Flaky<'m> {
+    inner: CpuSession<'m>,
+    calls: usize,
+    fail_at: usize,
+}
+
+impl Backend for Flaky<'_> {
+    async fn forward(
+        &mut self,
+        tokens: &[u32],
+        want: pippin::engine::Want<'_>,
+    ) -> Result<pippin::engine::Logits> {
+        self.calls += 1;
+        if self.calls == self.fail_at {
+            return Err(pippin::Error::gpu("the read-back failed"));
+        }
+        self.inner.forward(tokens, want).await
+    }
+    fn tokens(&self) -> &[u32] {
+        self.inner.tokens()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.inner.truncate(len)
+    }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.inner.log_probs(tokens).await
+    }
+    fn context_length(&self) -> usize {
+        self.inner.context_length()
+    }
+}
+
+/// A failed step is reported, and retrying goes on where it failed: the same text as
+/// without the failure (before, the retry ended the reply with "length").
+#[test]
+fn a_failed_step_is_an_error_and_a_retry_goes_on() {
+    let tk = tokenizer();
+    let ids = tk.encode_prompt("The capital of France is", false).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 4,
+        ..Default::default()
+    };
+    let (want, _, _) = run("The capital of France is", &opts, |_| true);
+    let mut b = Flaky {
+        inner: CpuSession::new(reference()),
+        calls: 0,
+        fail_at: 3,
+    };
+    let mut g = pollster::block_on(engine::Generation::start(&mut b, &ids, &opts)).unwrap();
+    let (mut text, mut errors) = (String::new(), 0);
+    loop {
+        match pollster::block_on(g.next(&mut b, &tk)) {
+            Ok(engine::Event::Text { text: t, .. }) => text.push_str(&t),
+            Ok(engine::Event::Done { finish, usage }) => {
+                assert_eq!((finish, usage.generated_tokens), (FinishReason::Length, 4));
+                break;
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("read-back failed"), "{e}");
+                errors += 1;
+            }
+        }
+    }
+    assert_eq!(errors, 1);
+    assert_eq!(text, want);
+}

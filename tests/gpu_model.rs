@@ -303,3 +303,67 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
         pollster::block_on(GpuBackend::new(&m2, &mut s2).forward(&PROMPT, Want::logits())).is_ok()
     );
 }
+
+/// A steady-state decode step creates no GPU object (no buffer, bind group or
+/// pipeline: it replays a recorded plan into reused buffers), with top-k and a
+/// repetition penalty as uniforms; and what it selects equals the immediate path's
+/// logits.
+#[test]
+fn decode_steps_create_nothing_and_equal_the_immediate_path() {
+    // A model of its own: the shared one's counter counts the other tests' objects.
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
+    let own = pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
+        .unwrap()
+        .0;
+    let m = &own;
+    let opts = SessionOptions {
+        max_context: 256,
+        kv: KvFormat::F32,
+        chunk: 64,
+    };
+    let mut s = GpuSession::new(m, opts).unwrap();
+    s.warm(m).unwrap();
+    let ids = [1u32, 7, 42];
+    let want = |k: usize, p: f32| Want {
+        top_k: Some(k),
+        penalty: p,
+        penalty_ids: &ids,
+    };
+    let mut b = GpuBackend::new(m, &mut s);
+    pollster::block_on(b.forward(&PROMPT, want(1, 1.0))).unwrap();
+    let before = m.gpu.objects_created();
+    let mut last = None;
+    for (i, (k, p)) in [(1, 1.0), (64, 1.3), (5, 1.0), (40, 0.8)]
+        .iter()
+        .enumerate()
+    {
+        last = Some(pollster::block_on(b.forward(&[300 + i as u32], want(*k, *p))).unwrap());
+    }
+    assert_eq!(
+        m.gpu.objects_created(),
+        before,
+        "objects created by 4 decode steps"
+    );
+    // The same conversation through the immediate path: full logits, penalty on the CPU.
+    let mut fresh = session(KvFormat::F32, 64);
+    let mut tokens = PROMPT.to_vec();
+    tokens.extend([300, 301, 302, 303]);
+    let mut full = logits(&mut fresh, &tokens);
+    let sampler = pippin::sampler::Sampler::new(pippin::sampler::SamplerOptions {
+        repetition_penalty: 0.8,
+        repeat_last_n: 64,
+        ..Default::default()
+    });
+    sampler.penalize(&mut full, &ids);
+    let Some(Logits::Top(top)) = last else {
+        panic!("candidates were asked for")
+    };
+    assert_eq!(top.len(), 40);
+    for (id, l) in top {
+        assert!(
+            (full[id as usize] - l).abs() < 1e-3,
+            "token {id}: {l} vs {}",
+            full[id as usize]
+        );
+    }
+}

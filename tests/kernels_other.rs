@@ -91,7 +91,7 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
         let stride = cfg.q_dim() + 2 * cfg.kv_dim();
         let qkv = values(t * stride, 11);
         let (qn, kn) = (values(cfg.head_dim, 12), values(cfg.head_dim, 13));
-        let freqs = reference::rope_freqs(&cfg, None, 0);
+        let freqs = cfg.rope_freqs(None, 0);
         let table = c.buf(&elementwise::rope_table(&cfg, &freqs, pos0 + t));
         let (qb, qnb, knb) = (c.buf(&qkv), c.buf(&qn), c.buf(&kn));
         let step = c.step(t, pos0);
@@ -363,7 +363,15 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
         logits[vocab - 1] = 2.0;
         let top = sample::TopK::new(&c.gpu, vocab).unwrap();
         let lb = c.buf(&logits);
-        c.run(|p| top.encode(&c.k, p, &lb, kk).unwrap());
+        // The count is a uniform: one pair of pipelines serves every k.
+        let step = c.gpu.uniform(
+            "step",
+            bytemuck::bytes_of(&pippin::kernels::Step {
+                top_k: kk as u32,
+                ..pippin::kernels::Step::new(1, 0)
+            }),
+        );
+        c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
         let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
         let got = sample::decode_pairs(&bytes, vocab);
         let mut want: Vec<(u32, f32)> = logits
@@ -391,7 +399,14 @@ fn penalty_matches_the_sampler() {
     ids.insert(0, ids.len() as u32);
     let lb = c.buf(&logits);
     let ib = c.gpu.upload_u32("ids", &ids).unwrap();
-    c.run(|p| sample::penalty(&c.k, p, &ib, &lb, 1.7).unwrap());
+    let step = c.gpu.uniform(
+        "step",
+        bytemuck::bytes_of(&pippin::kernels::Step {
+            penalty: 1.7,
+            ..pippin::kernels::Step::new(1, 0)
+        }),
+    );
+    c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb).unwrap());
     let mut want = logits.clone();
     sampler.penalize(&mut want, &history);
     assert_ne!(want, logits);

@@ -70,7 +70,7 @@ async function loadModel() {
       kvCache: $("kv").value,
       onProgress: (p) => {
         $("progress").value = p.fraction;
-        const what = { download: "Connecting", upload: "Downloading and uploading to the GPU", ready: "Ready" }[p.phase] ?? p.phase;
+        const what = { download: "Connecting", upload: "Downloading and uploading to the GPU", compile: "Compiling the GPU kernels", ready: "Ready" }[p.phase] ?? p.phase;
         $("progress-text").textContent = p.total
           ? `${what}: ${mb(p.loaded)} of ${mb(p.total)} (${Math.round(p.fraction * 100)}%)`
           : `${what}: ${mb(p.loaded)}`;
@@ -78,7 +78,7 @@ async function loadModel() {
     });
     const info = await state.llm.info();
     $("gpu-info").textContent = JSON.stringify(info, null, 1);
-    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${info.adapter || "WebGPU adapter"} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${info.gpuAdapter || "WebGPU adapter"} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     newChat();
     enableChat(true);
     await updateNumbers();

@@ -307,7 +307,14 @@ async fn topk_selects_the_largest() {
     let logits = values(vocab, 9);
     let top = sample::TopK::new(&c.gpu, vocab).unwrap();
     let lb = c.buf(&logits);
-    c.run(|p| top.encode(&c.k, p, &lb, 8).unwrap());
+    let step = c.gpu.uniform(
+        "step",
+        bytemuck::bytes_of(&Step {
+            top_k: 8,
+            ..Step::new(1, 0)
+        }),
+    );
+    c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
     let bytes = c.gpu.read(&top.out, 0, 64).await.unwrap();
     let got = sample::decode_pairs(&bytes, vocab);
     let mut want: Vec<(u32, f32)> = logits

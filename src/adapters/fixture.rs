@@ -4,7 +4,7 @@
 
 use super::{module_shape, MODULES};
 use crate::model::Config;
-use crate::sampler::Rng;
+use crate::rng::Rng;
 use safetensors::{serialize, Dtype, View};
 use std::borrow::Cow;
 

@@ -117,7 +117,7 @@ pub fn assign(p: &mut Palettized, w: &[f32], u: &[f32]) {
 mod tests {
     use super::*;
     use crate::quant::palette::palettize;
-    use crate::sampler::Rng;
+    use crate::rng::Rng;
 
     fn randn(n: usize, seed: u64) -> Vec<f32> {
         let mut r = Rng::new(seed);

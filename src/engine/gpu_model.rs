@@ -1,8 +1,10 @@
 //! The model's weights on the GPU, uploaded tensor by tensor as they stream from the
-//! GGUF reader (the file is read front to back once and never held whole).
+//! GGUF reader (`gguf::Window`: the file is read front to back once, never whole).
 
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::{
+    read_streamed_header, ByteSource, Gguf, Progress, ReadSource, TensorInfo, Window,
+};
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::{attention, Kernels};
@@ -10,7 +12,6 @@ use crate::model::weights::{global_specs, layer_specs, locate, Stored, TensorSpe
 use crate::model::Config;
 use crate::quant::{self, gpu_layout};
 use std::collections::HashMap;
-use std::io::Read;
 
 pub struct GpuLayer {
     pub attn_norm: wgpu::Buffer,
@@ -46,9 +47,6 @@ enum Uploaded {
     Matrix(GpuMatrix),
     Vector(wgpu::Buffer, Vec<f32>),
 }
-
-/// Loading progress: bytes of the file read so far, and its size (0 when unknown).
-pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
 /// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
 #[derive(Clone, Debug)]
@@ -138,134 +136,6 @@ impl Palettes {
     }
 }
 
-/// Where model bytes come from, front to back: a file, a download, a `Blob`.
-#[allow(async_fn_in_trait)]
-pub trait ByteSource {
-    /// The next chunk, or `None` at the end.
-    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>>;
-    /// Total size when known (file size, Content-Length).
-    fn total_len(&self) -> Option<u64>;
-}
-
-/// Any `Read` as a byte source, in 1 MiB chunks.
-pub struct ReadSource<R> {
-    pub reader: R,
-    pub len: Option<u64>,
-}
-
-impl<R: Read> ByteSource for ReadSource<R> {
-    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
-        let mut chunk = Vec::with_capacity(1 << 20);
-        let n = (&mut self.reader).take(1 << 20).read_to_end(&mut chunk)?;
-        Ok((n > 0).then_some(chunk))
-    }
-    fn total_len(&self) -> Option<u64> {
-        self.len
-    }
-}
-
-/// Bytes of the stream from file offset `base` on, refilled chunk by chunk.
-struct Window<'s, S> {
-    src: &'s mut S,
-    buf: Vec<u8>,
-    base: u64,
-    eof: bool,
-    read: u64,
-}
-
-impl<S: ByteSource> Window<'_, S> {
-    /// Reads one more chunk; false at the end of the stream.
-    async fn fill(&mut self) -> Result<bool> {
-        match self.src.next_chunk().await? {
-            Some(c) => {
-                self.read += c.len() as u64;
-                self.buf.extend_from_slice(&c);
-                Ok(true)
-            }
-            None => {
-                self.eof = true;
-                Ok(false)
-            }
-        }
-    }
-
-    /// The bytes [start, start + n), dropping everything before `start`.
-    async fn take(&mut self, start: u64, n: u64, name: &str) -> Result<Vec<u8>> {
-        if start < self.base {
-            return Err(Error::gguf(format!(
-                "tensor {name:?} starts inside the previous one"
-            )));
-        }
-        // A tensor is held whole while it is repacked: refuse what cannot be, before
-        // buffering toward it (wasm32 has a 4 GiB address space).
-        if n > MAX_TENSOR_BYTES || usize::try_from(n).is_err() {
-            return Err(Error::unsupported(format!(
-                "tensor {name:?} has {n} bytes, more than the {} MiB a tensor may have here",
-                MAX_TENSOR_BYTES >> 20
-            )));
-        }
-        loop {
-            let drop = (start - self.base).min(self.buf.len() as u64) as usize;
-            self.buf.drain(..drop);
-            self.base += drop as u64;
-            if self.base == start && self.buf.len() as u64 >= n {
-                break;
-            }
-            if !self.fill().await? {
-                return Err(Error::Truncated(format!(
-                    "the file ends inside tensor {name:?}"
-                )));
-            }
-        }
-        self.base += n;
-        Ok(self.buf.drain(..n as usize).collect())
-    }
-}
-
-/// Largest tensor the loader holds in memory at once.
-const MAX_TENSOR_BYTES: u64 = if cfg!(target_arch = "wasm32") {
-    1 << 30
-} else {
-    1 << 40
-};
-
-/// Most bytes a header may take before the stream is given up on: vocabularies of
-/// 256k tokens take a few MB; a file whose header is not done by here is not a model.
-const MAX_HEADER: usize = 128 << 20;
-
-/// The GGUF header from the start of the stream, re-parsed as the buffer doubles. A
-/// header that is wrong fails as soon as the bytes show it (a size over what the file
-/// holds included), not once the whole file has been read.
-async fn read_streamed_header<S: ByteSource>(
-    w: &mut Window<'_, S>,
-    total: Option<u64>,
-    progress: Progress<'_>,
-) -> Result<Gguf> {
-    let mut tried_at = 0usize;
-    loop {
-        let have = w.buf.len();
-        if have >= tried_at.saturating_mul(2).max(64 << 10) || w.eof {
-            tried_at = have;
-            if let Some(g) = crate::gguf::read_header_prefix(&w.buf, total)? {
-                return Ok(g);
-            }
-            if w.eof {
-                // Every byte there is, and still no header: the strict parse's error.
-                crate::gguf::read_header(&w.buf[..], total)?;
-                return Err(Error::Truncated("the file ends inside its header".into()));
-            }
-            if have > MAX_HEADER {
-                return Err(Error::gguf(format!(
-                    "no complete header in the first {} MiB: not a model file",
-                    MAX_HEADER >> 20
-                )));
-            }
-        }
-        w.fill().await?;
-        progress(w.read, total.unwrap_or(0));
-    }
-}
-
 impl GpuModel {
     /// Parses the header and uploads the model from a byte stream, tensor by tensor as
     /// the bytes arrive: at most one tensor and one chunk are held in memory.
@@ -288,13 +158,7 @@ impl GpuModel {
         check: &mut dyn FnMut(&Gguf) -> Result<()>,
     ) -> Result<(GpuModel, Gguf)> {
         let total = src.total_len();
-        let mut w = Window {
-            src,
-            buf: Vec::new(),
-            base: 0,
-            eof: false,
-            read: 0,
-        };
+        let mut w = Window::new(src);
         let gguf = read_streamed_header(&mut w, total, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
@@ -323,7 +187,7 @@ impl GpuModel {
                 }
             }
             gpu.take_error()?;
-            progress(w.read, total.unwrap_or(0));
+            progress(w.read(), total.unwrap_or(0));
         }
         Ok((Self::assemble(gpu, config, up)?, gguf))
     }

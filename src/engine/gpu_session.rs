@@ -11,9 +11,9 @@ use crate::kernels::attention::{self, LayerCache, CHUNK};
 use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, GpuMatrix, Io};
 use crate::kernels::sample::{self, TopK};
-use crate::kernels::Step;
-use crate::model::reference::rope_freqs;
+use crate::kernels::{Plan, Step};
 use crate::quant::kv::KvFormat;
+use std::collections::HashMap;
 
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -53,6 +53,9 @@ struct Buffers {
     rope: [wgpu::Buffer; 2],
     /// A·x of a LoRA update, for up to `chunk` tokens and rank 256.
     lora_t: wgpu::Buffer,
+    /// Read-back buffers, reused every step: the candidates, and the logits.
+    read_top: wgpu::Buffer,
+    read_logits: wgpu::Buffer,
 }
 
 const MAX_PENALTY_IDS: usize = 1024;
@@ -67,6 +70,9 @@ pub struct GpuSession {
     adapter_id: u64,
     /// The first position the ring caches of sliding-window layers still hold.
     ring_lo: usize,
+    /// Recorded decode steps (one token, candidates out) by adapter id: a step
+    /// replays one and creates nothing.
+    plans: HashMap<u64, Plan>,
 }
 
 impl GpuSession {
@@ -81,7 +87,7 @@ impl GpuSession {
         let factors = m.rope_factors.as_deref();
         // One table per kind of layer there is (global, sliding-window).
         let table = |l: usize| {
-            let freqs = rope_freqs(c, factors, l);
+            let freqs = c.rope_freqs(factors, l);
             g.upload_f32(
                 "rope table",
                 &elementwise::rope_table(c, &freqs, opts.max_context),
@@ -112,6 +118,8 @@ impl GpuSession {
             penalty_ids: g.storage("penalty ids", (MAX_PENALTY_IDS as u64 + 1) * 4)?,
             rope: [rope_global, rope_local],
             lora_t: g.storage("LoRA A·x", n * 256 * f4)?,
+            read_top: g.readback((sample::MAX_K * 8) as u64),
+            read_logits: g.readback(c.vocab_size as u64 * f4),
         };
         let cache = (0..c.n_layers)
             .map(|l| {
@@ -129,7 +137,49 @@ impl GpuSession {
             tokens: Vec::new(),
             adapter_id: 0,
             ring_lo: 0,
+            plans: HashMap::new(),
         })
+    }
+
+    /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step)
+    /// and records the decode step of the base model: after this, the first reply
+    /// creates nothing it would not create anyway (its adapter's plan).
+    pub fn warm(&mut self, m: &GpuModel) -> Result<()> {
+        let n = self.opts.chunk;
+        m.kernels.record(|pass| {
+            self.encode_layers(m, None, pass, n, 0)?;
+            self.encode_head(m, pass, n)
+        })?;
+        self.decode_plan(m, None)?;
+        m.gpu.take_error()
+    }
+
+    /// The recorded decode step with `adapter`, recorded on first use. Plans of other
+    /// adapters than this one and none are dropped (their bind groups hold buffers).
+    fn decode_plan(&mut self, m: &GpuModel, adapter: Option<&GpuAdapter>) -> Result<&Plan> {
+        let id = adapter.map_or(0, |a| a.id);
+        if !self.plans.contains_key(&id) {
+            self.plans.retain(|&k, _| k == 0);
+            let plan = m.kernels.record(|pass| {
+                self.encode_layers(m, adapter, pass, 1, 0)?;
+                self.encode_head(m, pass, 1)?;
+                self.topk
+                    .encode(&m.kernels, pass, &self.b.step, &self.b.logits)
+            })?;
+            self.plans.insert(id, plan);
+        }
+        self.plans
+            .get(&id)
+            .ok_or_else(|| Error::gpu("the decode plan was not recorded"))
+    }
+
+    /// Dispatches per decode step (with `adapter`): the figure the bench reports.
+    pub fn decode_dispatches(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+    ) -> Result<usize> {
+        Ok(self.decode_plan(m, adapter)?.len())
     }
 
     /// Tokens in the KV cache.
@@ -331,14 +381,9 @@ impl GpuSession {
         Ok(())
     }
 
-    /// The last token's logits (after the repetition penalty when asked).
-    fn encode_head(
-        &self,
-        m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
-        n: usize,
-        penalty: Option<f32>,
-    ) -> Result<()> {
+    /// The last token's logits, after the repetition penalty (`step.penalty` on the
+    /// ids in `penalty_ids`; none listed: unchanged).
+    fn encode_head(&self, m: &GpuModel, pass: &mut wgpu::ComputePass, n: usize) -> Result<()> {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
         elementwise::rmsnorm(
             k,
@@ -364,10 +409,7 @@ impl GpuSession {
             accumulate: false,
         };
         matmul::gemv(k, pass, &b.step, m.head(), &io)?;
-        if let Some(p) = penalty {
-            sample::penalty(k, pass, &b.penalty_ids, &b.logits, p)?;
-        }
-        Ok(())
+        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits)
     }
 
     async fn run(
@@ -430,7 +472,7 @@ impl GpuSession {
         let scores = g.storage("scores", chunk as u64 * row_bytes)?;
         let mut out = Vec::with_capacity(tokens.len());
         for (ci, part) in tokens.chunks(chunk).enumerate() {
-            let (n, pos0) = self.upload_step(g, part);
+            let (n, pos0) = self.upload_step(g, part, None);
             let mut enc = g.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -476,14 +518,27 @@ impl GpuSession {
         Ok(out)
     }
 
-    /// Writes a chunk's token ids and its step (length, first position) for the
-    /// kernels; returns both.
-    fn upload_step(&self, g: &Gpu, tokens: &[u32]) -> (usize, usize) {
+    /// Writes a chunk's token ids and its step (length, first position, what the head
+    /// keeps) for the kernels; returns (length, first position).
+    fn upload_step(&self, g: &Gpu, tokens: &[u32], want: Option<&Want<'_>>) -> (usize, usize) {
         let (n, pos0) = (tokens.len(), self.tokens.len());
+        let mut step = Step::new(n, pos0);
+        let mut ids = vec![0u32];
+        if let Some(w) = want {
+            step.top_k = w.top_k.unwrap_or(1).clamp(1, sample::MAX_K) as u32;
+            if w.penalty != 1.0 {
+                step.penalty = w.penalty;
+                let listed = &w.penalty_ids[..w.penalty_ids.len().min(MAX_PENALTY_IDS)];
+                ids[0] = listed.len() as u32;
+                ids.extend_from_slice(listed);
+            }
+        }
         g.queue
             .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
         g.queue
-            .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&Step::new(n, pos0)));
+            .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&step));
+        g.queue
+            .write_buffer(&self.b.penalty_ids, 0, bytemuck::cast_slice(&ids));
         (n, pos0)
     }
 
@@ -495,30 +550,25 @@ impl GpuSession {
         want: Option<&Want<'_>>,
     ) -> Result<Option<Logits>> {
         let g = &m.gpu;
-        let (n, pos0) = self.upload_step(g, tokens);
-        let penalty = match want {
-            Some(w) if w.penalty != 1.0 && !w.penalty_ids.is_empty() => {
-                let ids = &w.penalty_ids[..w.penalty_ids.len().min(MAX_PENALTY_IDS)];
-                let mut buf = vec![ids.len() as u32];
-                buf.extend_from_slice(ids);
-                g.queue
-                    .write_buffer(&self.b.penalty_ids, 0, bytemuck::cast_slice(&buf));
-                Some(w.penalty)
-            }
-            _ => None,
-        };
+        let (n, pos0) = self.upload_step(g, tokens, want);
         let mut enc = g.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            self.encode_layers(m, adapter, &mut pass, n, pos0)?;
-            if want.is_some() {
-                self.encode_head(m, &mut pass, n, penalty)?;
-                if let Some(Want {
-                    top_k: Some(kk), ..
-                }) = want
-                {
-                    self.topk
-                        .encode(&m.kernels, &mut pass, &self.b.logits, *kk)?;
+        match want {
+            // A decode step replays its recorded plan.
+            Some(Want { top_k: Some(_), .. }) if n == 1 => {
+                let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
+                let plan = self.decode_plan(m, adapter)?;
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                plan.replay(&mut pass, splits);
+            }
+            _ => {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                self.encode_layers(m, adapter, &mut pass, n, pos0)?;
+                if let Some(w) = want {
+                    self.encode_head(m, &mut pass, n)?;
+                    if w.top_k.is_some() {
+                        self.topk
+                            .encode(&m.kernels, &mut pass, &self.b.step, &self.b.logits)?;
+                    }
                 }
             }
         }
@@ -526,11 +576,19 @@ impl GpuSession {
             g.queue.submit([enc.finish()]);
             return g.take_error().map(|_| None);
         };
-        let (src, bytes) = match want.top_k {
-            Some(kk) => (&self.topk.out, kk.clamp(1, sample::MAX_K) as u64 * 8),
-            None => (&self.b.logits, m.config.vocab_size as u64 * 4),
+        let (src, staging, bytes) = match want.top_k {
+            Some(kk) => (
+                &self.topk.out,
+                &self.b.read_top,
+                kk.clamp(1, sample::MAX_K) as u64 * 8,
+            ),
+            None => (
+                &self.b.logits,
+                &self.b.read_logits,
+                m.config.vocab_size as u64 * 4,
+            ),
         };
-        let out = g.submit_and_read(enc, src, 0, bytes).await?;
+        let out = g.submit_and_read_into(enc, src, 0, staging, bytes).await?;
         Ok(Some(match want.top_k {
             Some(_) => Logits::Top(sample::decode_pairs(&out, m.config.vocab_size)),
             None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),

@@ -1,6 +1,7 @@
 //! The generate loop, shared by every backend: prefill the prompt, then sample, stream
 //! and stop (stop tokens, stop strings, max tokens, context length, abort).
 
+mod core;
 mod cpu;
 mod gpu_adapter;
 mod gpu_model;
@@ -8,12 +9,15 @@ mod gpu_session;
 pub mod perplexity;
 mod stop;
 
+pub use crate::gguf::{ByteSource, Progress, ReadSource};
+pub use core::{busy, AdapterChoice, Engine, Prompt, ResidentAdapter};
 pub use cpu::CpuSession;
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
-pub use gpu_model::{ByteSource, GpuLayer, GpuModel, Progress, ReadSource};
+pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
+pub use crate::sampler::Logits;
 use crate::sampler::{Sampler, SamplerOptions};
 
 /// Most candidates sampling considers: the GPU selects at most this many tokens, so
@@ -42,15 +46,6 @@ impl Want<'_> {
             penalty_ids: &[],
         }
     }
-}
-
-/// A forward pass's result for the last token.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Logits {
-    /// Every logit, before any penalty.
-    Full(Vec<f32>),
-    /// The most likely tokens, best first, after the penalty.
-    Top(Vec<(u32, f32)>),
 }
 
 /// Something that runs the model: the CPU reference or the GPU engine. It keeps the
@@ -272,8 +267,11 @@ impl Generation {
 
     /// Samples one token (running the previous one first) and queues its text.
     async fn step<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
-        if let Some(t) = self.to_run.take() {
+        // Taken only once the step succeeded: after a failure the same token runs
+        // again, and the caller sees the error, not a quiet end.
+        if let Some(t) = self.to_run {
             self.logits = Some(self.run(backend, &[t]).await?);
+            self.to_run = None;
         }
         if self.usage.generated_tokens >= self.opts.max_tokens {
             return self.finish(tk, FinishReason::Length);

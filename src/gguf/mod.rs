@@ -4,10 +4,12 @@
 //! file never has to be in memory.
 
 mod reader;
+mod stream;
 mod value;
 mod writer;
 
 pub use reader::{read_header, read_header_prefix, MAX_ARRAY, MAX_STRING, MAX_TENSORS};
+pub use stream::{read_streamed_header, ByteSource, Progress, ReadSource, Window};
 pub use value::{type_id, Array, Value};
 pub use writer::Writer;
 

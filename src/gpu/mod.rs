@@ -3,6 +3,7 @@
 //! whether it runs natively or in a browser.
 
 use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
@@ -42,6 +43,9 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     lost: Arc<Mutex<Option<String>>>,
     errors: Arc<Mutex<Option<String>>>,
+    /// GPU objects (buffers, bind groups, pipelines) created so far, by this `Gpu` and
+    /// the kernels on it: the bench and tests check a decode step creates none.
+    pub created: Arc<AtomicU64>,
 }
 
 const UPLOAD_CHUNK: usize = 8 << 20;
@@ -127,7 +131,17 @@ impl Gpu {
             limits,
             lost,
             errors,
+            created: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// GPU objects created so far (see `created`).
+    pub fn objects_created(&self) -> u64 {
+        self.created.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.created.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Fails once the device has been lost; what was on it is gone.
@@ -191,6 +205,7 @@ impl Gpu {
     pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
         let size = size.next_multiple_of(4).max(4);
         self.check_size(label, size)?;
+        self.count();
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
@@ -202,6 +217,7 @@ impl Gpu {
     }
 
     pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        self.count();
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -231,20 +247,41 @@ impl Gpu {
     /// returns those bytes once the work is done: one submission per read-back.
     pub async fn submit_and_read(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        enc: wgpu::CommandEncoder,
         buf: &wgpu::Buffer,
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let staging = self.readback(size);
+        self.submit_and_read_into(enc, buf, offset, &staging, size)
+            .await
+    }
+
+    /// A buffer to read `size` bytes back into, to reuse for every read of that size.
+    pub fn readback(&self, size: u64) -> wgpu::Buffer {
+        self.count();
+        self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size,
+            size: size.next_multiple_of(4).max(4),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
+        })
+    }
+
+    /// As `submit_and_read`, into `staging` (from `readback`, at least `size` bytes):
+    /// nothing is created.
+    pub async fn submit_and_read_into(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        staging: &wgpu::Buffer,
+        size: u64,
+    ) -> Result<Vec<u8>> {
+        enc.copy_buffer_to_buffer(buf, offset, staging, 0, size);
         self.queue.submit([enc.finish()]);
-        self.map_read(&staging).await
+        let bytes = self.map_read(staging).await?;
+        Ok(bytes[..size as usize].to_vec())
     }
 
     /// Maps a MAP_READ buffer and returns its bytes.

@@ -3,7 +3,7 @@
 //! and tiled causal attention for a chunk (`attention_prefill.wgsl`).
 //! CPU reference: `quant::kv::round_trip` then `model::reference::attention`.
 
-use super::{Kernels, Shader};
+use super::{Groups, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::Config;
@@ -175,7 +175,8 @@ pub fn decode(
         qkv,
         part,
     ];
-    k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, splits, 1]);
+    let groups = Groups::Splits(c.n_kv_heads as u32);
+    k.dispatch_groups(pass, &pipe, &bufs, groups, splits);
     let reduce = k.pipe(
         Shader::AttentionReduce,
         &[("HD", c.head_dim as f64), ("NH", c.n_heads as f64)],

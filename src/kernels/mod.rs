@@ -11,6 +11,7 @@ pub mod sample;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,8 +77,8 @@ impl Shader {
             Shader::KvWrite => &[U, R, W, W, W, W],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, R, R, R, R, R, W],
             Shader::AttentionReduce | Shader::Glu => &[U, R, W],
-            Shader::TopK => &[R, R, W],
-            Shader::Penalty => &[R, W],
+            Shader::TopK => &[U, R, R, W],
+            Shader::Penalty => &[U, R, W],
         }
     }
 }
@@ -126,6 +127,53 @@ pub struct Tuning {
     pub rowwise_gemm: bool,
 }
 
+/// How many workgroups a recorded dispatch runs.
+#[derive(Clone, Copy, Debug)]
+pub enum Groups {
+    Fixed([u32; 3]),
+    /// `[x, step.n_splits, 1]`: flash-decoding's splits grow with the KV length.
+    Splits(u32),
+}
+
+/// One recorded dispatch: everything it binds was created when it was recorded.
+#[derive(Clone)]
+struct Recorded {
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    groups: Groups,
+}
+
+/// Dispatches recorded once and replayed: a decode step sets a pipeline and a bind
+/// group per dispatch and creates nothing.
+#[derive(Clone, Default)]
+pub struct Plan {
+    steps: Vec<Recorded>,
+}
+
+impl Plan {
+    /// Records the plan into `pass`; `n_splits` sizes the flash-decoding dispatches.
+    pub fn replay(&self, pass: &mut wgpu::ComputePass, n_splits: u32) {
+        for r in &self.steps {
+            let [x, y, z] = match r.groups {
+                Groups::Fixed(g) => g,
+                Groups::Splits(x) => [x, n_splits.max(1), 1],
+            };
+            pass.set_pipeline(&r.pipeline);
+            pass.set_bind_group(0, &r.bind_group, &[]);
+            pass.dispatch_workgroups(x, y, z);
+        }
+    }
+
+    /// Dispatches per replay.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}
+
 /// Compiled shaders and specialized pipelines, created on first use and kept.
 pub struct Kernels {
     pub tuning: Tuning,
@@ -133,6 +181,10 @@ pub struct Kernels {
     device: wgpu::Device,
     modules: Mutex<HashMap<Shader, Arc<Module>>>,
     pipes: Mutex<HashMap<PipeKey, Arc<Pipe>>>,
+    /// Where dispatches also go while a plan is being recorded.
+    recording: Mutex<Option<Vec<Recorded>>>,
+    /// The device's count of created objects (see `Gpu::created`).
+    created: Arc<AtomicU64>,
 }
 
 impl Kernels {
@@ -163,7 +215,29 @@ impl Kernels {
             device: gpu.device.clone(),
             modules: Default::default(),
             pipes: Default::default(),
+            recording: Default::default(),
+            created: gpu.created.clone(),
         }
+    }
+
+    fn count(&self, n: u64) {
+        self.created.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Runs `f`, which encodes dispatches into a pass, and keeps them as a `Plan`. The
+    /// pass `f` gets is a throwaway one (its commands are never submitted).
+    pub fn record(&self, f: impl FnOnce(&mut wgpu::ComputePass) -> Result<()>) -> Result<Plan> {
+        let poisoned = |_| Error::gpu("kernel cache poisoned");
+        *self.recording.lock().map_err(poisoned)? = Some(Vec::new());
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let result = {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            f(&mut pass)
+        };
+        let steps = self.recording.lock().map_err(poisoned)?.take();
+        result.map(|()| Plan {
+            steps: steps.unwrap_or_default(),
+        })
     }
 
     fn module(&self, shader: Shader) -> Result<Arc<Module>> {
@@ -212,6 +286,7 @@ impl Kernels {
                 bind_group_layouts: &[Some(&layout)],
                 immediate_size: 0,
             });
+        self.count(3);
         let m = Arc::new(Module {
             module,
             layout,
@@ -250,6 +325,7 @@ impl Kernels {
                 },
                 cache: None,
             });
+        self.count(1);
         let pipe = Arc::new(Pipe {
             pipeline,
             layout: m.layout.clone(),
@@ -269,6 +345,19 @@ impl Kernels {
         buffers: &[&wgpu::Buffer],
         groups: [u32; 3],
     ) {
+        self.dispatch_groups(pass, pipe, buffers, Groups::Fixed(groups), groups[1]);
+    }
+
+    /// As `dispatch`, with workgroups a plan may size at replay (`y` is what they are
+    /// now).
+    pub fn dispatch_groups(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        pipe: &Pipe,
+        buffers: &[&wgpu::Buffer],
+        groups: Groups,
+        y: u32,
+    ) {
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
             .enumerate()
@@ -282,9 +371,23 @@ impl Kernels {
             layout: &pipe.layout,
             entries: &entries,
         });
+        self.count(1);
+        if let Ok(mut rec) = self.recording.lock() {
+            if let Some(steps) = rec.as_mut() {
+                steps.push(Recorded {
+                    pipeline: pipe.pipeline.clone(),
+                    bind_group: bg.clone(),
+                    groups,
+                });
+            }
+        }
+        let [x, _, z] = match groups {
+            Groups::Fixed(g) => g,
+            Groups::Splits(x) => [x, 1, 1],
+        };
         pass.set_pipeline(&pipe.pipeline);
         pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        pass.dispatch_workgroups(x, y, z);
     }
 }
 
@@ -297,7 +400,8 @@ pub fn grid(n: u32) -> [u32; 3] {
     }
 }
 
-/// The per-step values every kernel reads from its uniform (binding 0).
+/// The per-step values every kernel reads from its uniform (binding 0), with the
+/// per-call choices a decode step needs (candidates kept, repetition penalty).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Step {
@@ -305,6 +409,11 @@ pub struct Step {
     pub pos0: u32,
     pub kv_len: u32,
     pub n_splits: u32,
+    /// Candidates `topk.wgsl` keeps (1 = greedy).
+    pub top_k: u32,
+    /// The repetition penalty `penalty.wgsl` applies (1 = none).
+    pub penalty: f32,
+    pub pad: [u32; 2],
 }
 
 impl Step {
@@ -315,6 +424,9 @@ impl Step {
             pos0: pos0 as u32,
             kv_len,
             n_splits: kv_len.div_ceil(attention::CHUNK),
+            top_k: 1,
+            penalty: 1.0,
+            pad: [0; 2],
         }
     }
 }

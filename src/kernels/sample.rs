@@ -31,15 +31,15 @@ impl TopK {
         })
     }
 
-    /// Selects the `kk` largest of `logits` (vocab floats) into `out` as (id, f32 bits).
+    /// Selects the `step.top_k` largest of `logits` (vocab floats) into `out` as (id,
+    /// f32 bits). The count is a uniform: every count uses the same two pipelines.
     pub fn encode(
         &self,
         k: &Kernels,
         pass: &mut wgpu::ComputePass,
+        step: &wgpu::Buffer,
         logits: &wgpu::Buffer,
-        kk: usize,
     ) -> Result<()> {
-        let kk = kk.clamp(1, MAX_K);
         let chunks = self.vocab.div_ceil(CH);
         let p1 = k.pipe(
             Shader::TopK,
@@ -47,29 +47,29 @@ impl TopK {
                 ("FIRST", 1.0),
                 ("N", self.vocab as f64),
                 ("CH", CH as f64),
-                ("KSEL", kk as f64),
+                ("MAX_K", MAX_K as f64),
             ],
         )?;
         k.dispatch(
             pass,
             &p1,
-            &[logits, &self.dummy, &self.stage1],
+            &[step, logits, &self.dummy, &self.stage1],
             [chunks as u32, 1, 1],
         );
-        let n2 = chunks * kk;
+        let n2 = chunks * MAX_K;
         let p2 = k.pipe(
             Shader::TopK,
             &[
                 ("FIRST", 0.0),
                 ("N", n2 as f64),
                 ("CH", n2 as f64),
-                ("KSEL", kk as f64),
+                ("MAX_K", MAX_K as f64),
             ],
         )?;
         k.dispatch(
             pass,
             &p2,
-            &[&self.dummy, &self.stage1, &self.out],
+            &[step, &self.dummy, &self.stage1, &self.out],
             [1, 1, 1],
         );
         Ok(())
@@ -88,16 +88,16 @@ pub fn decode_pairs(bytes: &[u8], vocab: usize) -> Vec<(u32, f32)> {
         .collect()
 }
 
-/// Applies the repetition penalty to `logits` for the listed token ids (`ids` holds
-/// the count, then distinct ids).
+/// Applies the repetition penalty `step.penalty` to `logits` for the listed token ids
+/// (`ids` holds the count, then distinct ids; a count of 0 changes nothing).
 pub fn penalty(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     logits: &wgpu::Buffer,
-    p: f32,
 ) -> Result<()> {
-    let pipe = k.pipe(Shader::Penalty, &[("PENALTY", p as f64)])?;
-    k.dispatch(pass, &pipe, &[ids, logits], [1, 1, 1]);
+    let pipe = k.pipe(Shader::Penalty, &[])?;
+    k.dispatch(pass, &pipe, &[step, ids, logits], [1, 1, 1]);
     Ok(())
 }

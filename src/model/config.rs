@@ -353,6 +353,19 @@ impl Config {
         }
     }
 
+    /// The inverse frequency of each rotated pair of layer `l`: base^(-2i/d) (the
+    /// layer's base: sliding-window layers have their own), divided by Llama 3's
+    /// per-frequency `factors` when the model has them and by linear RoPE scaling.
+    pub fn rope_freqs(&self, factors: Option<&[f32]>, l: usize) -> Vec<f32> {
+        let (theta, scale) = self.rope_of(l);
+        (0..self.rope_dim / 2)
+            .map(|i| {
+                let f = theta.powf(-2.0 * i as f32 / self.rope_dim as f32) / scale;
+                f / factors.and_then(|fs| fs.get(i)).copied().unwrap_or(1.0)
+            })
+            .collect()
+    }
+
     /// RoPE (base, position scale) of layer `l`: sliding layers keep their own base
     /// and no scaling, global ones the file's.
     pub fn rope_of(&self, l: usize) -> (f32, f32) {

@@ -167,7 +167,7 @@ impl Reference {
             q = rmsnorm(&q, qn, c.rms_eps);
             k = rmsnorm(&k, kn, c.rms_eps);
         }
-        let freqs = rope_freqs(c, self.weights.rope_freqs.as_deref(), l);
+        let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
         rope(
             &mut q,
             c.q_dim(),
@@ -243,19 +243,6 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
         out.extend(row.iter().zip(weight).map(|(v, w)| v * scale * w));
     }
     out
-}
-
-/// The inverse frequency of each rotated pair of layer `l`: base^(-2i/d) (the
-/// layer's base: sliding-window layers have their own), divided by Llama 3's
-/// per-frequency factors when the model has them and by linear RoPE scaling.
-pub fn rope_freqs(c: &Config, factors: Option<&[f32]>, l: usize) -> Vec<f32> {
-    let (theta, scale) = c.rope_of(l);
-    (0..c.rope_dim / 2)
-        .map(|i| {
-            let f = theta.powf(-2.0 * i as f32 / c.rope_dim as f32) / scale;
-            f / factors.and_then(|fs| fs.get(i)).copied().unwrap_or(1.0)
-        })
-        .collect()
 }
 
 /// Rotates every head of `x` (`[tokens][n_heads * head_dim]`); row t is at position

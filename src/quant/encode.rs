@@ -63,7 +63,7 @@ pub fn f32s(x: &[f32]) -> Vec<u8> {
 pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
     use super::GgmlType::*;
     let (per, bytes) = ty.block();
-    let mut rng = crate::sampler::Rng::new(seed);
+    let mut rng = crate::rng::Rng::new(seed);
     let mut out: Vec<u8> = (0..n / per as usize * bytes as usize)
         .map(|_| rng.next_u64() as u8)
         .collect();

@@ -139,7 +139,7 @@ pub fn kmeans(
     seed: u64,
 ) -> Vec<f32> {
     let weight = |i: usize| weights.map_or(1.0, |w| w[i] as f64);
-    let mut rng = crate::sampler::Rng::new(seed);
+    let mut rng = crate::rng::Rng::new(seed);
     let mut centroids = vec![values[(rng.next_u64() % values.len() as u64) as usize]];
     let mut d2: Vec<f64> = (0..values.len())
         .map(|i| weight(i) * ((values[i] - centroids[0]) as f64).powi(2))
@@ -291,7 +291,7 @@ mod tests {
 
     /// Weights shaped like a trained layer's: mostly small, a few large.
     fn weights(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = crate::sampler::Rng::new(seed);
+        let mut r = crate::rng::Rng::new(seed);
         (0..n)
             .map(|_| {
                 let u = r.next_f32() * 2.0 - 1.0;

@@ -5,7 +5,7 @@
 
 use crate::gguf::{Value, Writer};
 use crate::quant::{encode, GgmlType};
-use crate::sampler::Rng;
+use crate::rng::Rng;
 use std::path::{Path, PathBuf};
 
 pub const HIDDEN: usize = 64;

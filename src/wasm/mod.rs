@@ -1,16 +1,15 @@
-//! JavaScript bindings (wasm-bindgen): only translation between JS values and the
-//! engine. The hand-written layer in `js/` turns these into the public API (async
-//! iterators, AbortSignal, Cache Storage, the Worker).
+//! JavaScript bindings (wasm-bindgen): translation between JS values and
+//! `engine::Engine`, nothing else. The hand-written layer in `js/` turns these into the
+//! public API (async iterators, AbortSignal, Cache Storage, the Worker).
 
 mod source;
 
 use crate::engine::{
-    Adapters, Event, GenerateOptions, Generation, GpuAdapter, GpuBackend, GpuModel, GpuSession,
-    SessionOptions, Usage,
+    busy, AdapterChoice, Engine as Core, Event, GenerateOptions, Prompt, SessionOptions, Usage,
 };
 use crate::gpu::{Caps, Gpu};
 use crate::quant::kv::KvFormat;
-use crate::tokenizer::{Message, Tokenizer};
+use crate::tokenizer::Message;
 use serde::{Deserialize, Serialize};
 use source::JsStream;
 use std::cell::{Cell, RefCell};
@@ -33,6 +32,14 @@ fn promise(
     wasm_bindgen_futures::future_to_promise(async move { f.await.map_err(JsValue::from) })
 }
 
+fn options<T: for<'de> Deserialize<'de> + Default>(v: JsValue) -> Result<T, JsError> {
+    if v.is_undefined() || v.is_null() {
+        Ok(T::default())
+    } else {
+        serde_wasm_bindgen::from_value(v).map_err(js_err)
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct LoadOptions {
@@ -42,121 +49,112 @@ struct LoadOptions {
     software_adapter: bool,
 }
 
-struct Inner {
-    model: GpuModel,
-    session: GpuSession,
-    tk: Tokenizer,
-    generation: Option<Generation>,
-    adapters: Adapters,
-    /// The adapter used when a call does not name one.
-    active: Option<String>,
-    /// The adapter of the running generation.
-    current: Option<String>,
-}
-
-impl Inner {
-    /// The adapter a call asked for: `undefined` = the active one, `null` = none.
-    fn pick(&self, requested: &JsValue) -> Result<Option<String>, JsError> {
-        let name = if requested.is_undefined() {
-            self.active.clone()
-        } else if requested.is_null() {
-            None
-        } else {
-            Some(
-                requested
-                    .as_string()
-                    .ok_or_else(|| JsError::new("adapter must be a name or null"))?,
-            )
-        };
-        match name {
-            Some(n) if self.adapters.get(&n).is_none() => {
-                Err(JsError::new(&format!("no adapter named {n:?} is loaded")))
-            }
-            other => Ok(other),
-        }
+/// `undefined`: the active adapter; `null`: none; a string: that one.
+fn adapter_choice(v: &JsValue) -> Result<AdapterChoice, JsError> {
+    if v.is_undefined() {
+        Ok(AdapterChoice::Active)
+    } else if v.is_null() {
+        Ok(AdapterChoice::None)
+    } else {
+        v.as_string()
+            .map(AdapterChoice::Named)
+            .ok_or_else(|| JsError::new("adapter must be a name or null"))
     }
 }
 
-/// A loaded model and its conversation. Calls that run the GPU are not queued: a
-/// second one while one runs is rejected. `stats()` and `info()` answer at any time.
-#[wasm_bindgen]
-pub struct Engine {
-    inner: Rc<RefCell<Option<Inner>>>,
-    busy: Rc<Cell<bool>>,
-    aborted: Rc<Cell<bool>>,
-    stats: Rc<Cell<Stats>>,
-    info: serde_json::Value,
+/// The engine, held in a slot that an async call (a reply's start or step) takes for
+/// its duration: no `RefCell` borrow spans an await, and a call arriving meanwhile
+/// finds the slot empty and is refused as busy.
+struct Slot {
+    core: RefCell<Option<Core>>,
+    disposed: Cell<bool>,
+    /// An abort that arrived while a step held the engine: the next call ends it.
+    abort: Cell<Option<u64>>,
+    /// What `stats()` and `adapters()` answer, also while a step holds the engine.
+    stats: Cell<Stats>,
+    adapters: RefCell<Vec<AdapterInfo>>,
 }
 
-/// The engine's state, taken out of its slot for one call (so no `RefCell` borrow is
-/// held across an await) and put back when the call ends, however it ends.
+impl Slot {
+    fn missing(&self) -> JsError {
+        if self.disposed.get() {
+            JsError::new("this model was disposed")
+        } else {
+            js_err(busy())
+        }
+    }
+
+    /// Runs `f` on the engine now (between async calls).
+    fn with<T>(&self, f: impl FnOnce(&mut Core) -> T) -> Result<T, JsError> {
+        let mut guard = self.core.borrow_mut();
+        let core = guard.as_mut().ok_or_else(|| self.missing())?;
+        let out = f(core);
+        self.snapshot(core);
+        Ok(out)
+    }
+
+    fn snapshot(&self, core: &Core) {
+        self.stats.set(Stats::of(core));
+        *self.adapters.borrow_mut() = AdapterInfo::of(core);
+    }
+}
+
+/// The engine taken out of its slot for one async call, put back however it ends.
 struct Lease {
-    slot: Rc<RefCell<Option<Inner>>>,
-    inner: Option<Inner>,
+    slot: Rc<Slot>,
+    core: Option<Core>,
 }
 
 impl Lease {
-    fn take(slot: &Rc<RefCell<Option<Inner>>>) -> Result<Lease, JsError> {
-        let inner = slot
+    fn take(slot: &Rc<Slot>) -> Result<Lease, JsError> {
+        let core = slot
+            .core
             .borrow_mut()
             .take()
-            .ok_or_else(|| JsError::new("this model was disposed"))?;
+            .ok_or_else(|| slot.missing())?;
         Ok(Lease {
             slot: slot.clone(),
-            inner: Some(inner),
+            core: Some(core),
         })
     }
 
-    fn get(&mut self) -> &mut Inner {
-        self.inner
-            .as_mut()
-            .expect("a lease holds the state until it is dropped")
+    fn get(&mut self) -> Result<&mut Core, JsError> {
+        self.core.as_mut().ok_or_else(|| self.slot.missing())
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        *self.slot.borrow_mut() = self.inner.take();
-    }
-}
-
-/// Marks the engine busy for the life of one call.
-struct Busy(Rc<Cell<bool>>);
-
-impl Busy {
-    fn take(flag: &Rc<Cell<bool>>) -> Result<Busy, JsError> {
-        if flag.replace(true) {
-            return Err(JsError::new(
-                "Pippin is already generating on this model: wait for the running call to finish or abort it (calls are not queued)",
-            ));
+        if let Some(core) = self.core.take() {
+            self.slot.snapshot(&core);
+            *self.slot.core.borrow_mut() = Some(core);
         }
-        Ok(Busy(flag.clone()))
     }
 }
 
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.set(false);
-    }
+/// A loaded model. One reply at a time owns it (see `engine::Engine`); other calls
+/// meanwhile are refused, never queued. `stats()` and `info()` answer at any time.
+#[wasm_bindgen]
+pub struct Engine {
+    slot: Rc<Slot>,
+    info: serde_json::Value,
 }
 
 #[wasm_bindgen]
 impl Engine {
     /// Loads a GGUF model from a stream of bytes (`Response.body`, `Blob.stream()`),
     /// uploading it to the GPU tensor by tensor. `total` is the size when known;
-    /// `onProgress(loaded, total)` is called as bytes arrive.
+    /// `onProgress(loaded, total)` is called as bytes arrive, `onPhase("compile")` when
+    /// the pipelines compile.
     pub async fn load(
         stream: web_sys::ReadableStream,
         total: Option<f64>,
         options: JsValue,
         on_progress: Option<js_sys::Function>,
+        on_phase: Option<js_sys::Function>,
     ) -> Result<Engine, JsError> {
         console_error_panic_hook::set_once();
-        let opts: LoadOptions = if options.is_undefined() || options.is_null() {
-            LoadOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options).map_err(js_err)?
-        };
+        let opts: LoadOptions = self::options(options)?;
         let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
         gpu.adapter.software |= opts.software_adapter;
         let mut src = JsStream::new(stream, total.map(|t| t as u64));
@@ -169,26 +167,22 @@ impl Engine {
                 );
             }
         };
-        // The tokenizer is built from the header, before any weight is uploaded.
-        let mut tokenizer = None;
-        let mut check = |g: &crate::gguf::Gguf| {
-            tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
-            Ok(())
-        };
-        let (model, _) = GpuModel::load_checked(gpu, &mut src, &mut progress, &mut check)
-            .await
-            .map_err(js_err)?;
-        let tk = tokenizer.ok_or_else(|| JsError::new("the model has no tokenizer"))?;
         let so = SessionOptions {
             max_context: opts.max_context.unwrap_or(2048),
             kv: opts.kv_cache.unwrap_or_default(),
             ..Default::default()
         };
-        let session = GpuSession::new(&model, so).map_err(js_err)?;
-        let g = &model.gpu;
+        let mut core = Core::load(gpu, &mut src, so, &mut progress)
+            .await
+            .map_err(js_err)?;
+        if let Some(f) = &on_phase {
+            let _ = f.call1(&JsValue::NULL, &"compile".into());
+        }
+        core.warm().map_err(js_err)?;
+        let g = &core.model().gpu;
         let info = serde_json::to_value(Info {
-            config: &model.config,
-            adapter: &g.adapter.name,
+            config: core.config(),
+            gpu_adapter: &g.adapter.name,
             backend: &g.adapter.backend,
             shader_f16: g.caps.shader_f16,
             subgroups: g.caps.subgroups,
@@ -196,229 +190,145 @@ impl Engine {
             max_buffer_size: g.limits.max_buffer_size,
         })
         .map_err(js_err)?;
-        let stats = Stats {
-            weight_bytes: model.weight_bytes,
-            kv_cache_bytes: session.kv_bytes(),
-            ..Default::default()
-        };
-        let inner = Inner {
-            model,
-            session,
-            tk,
-            generation: None,
-            adapters: Adapters::default(),
-            active: None,
-            current: None,
-        };
-        Ok(Engine {
-            inner: Rc::new(RefCell::new(Some(inner))),
-            busy: Rc::new(Cell::new(false)),
-            aborted: Rc::new(Cell::new(false)),
-            stats: Rc::new(Cell::new(stats)),
-            info,
+        let slot = Rc::new(Slot {
+            core: RefCell::new(None),
+            disposed: Cell::new(false),
+            abort: Cell::new(None),
+            stats: Cell::new(Stats::default()),
+            adapters: RefCell::new(Vec::new()),
+        });
+        slot.snapshot(&core);
+        *slot.core.borrow_mut() = Some(core);
+        Ok(Engine { slot, info })
+    }
+
+    /// Starts a reply continuing `prompt` (plain text, no chat template); resolves to
+    /// the reply's id. `adapter`: a loaded adapter's name, `null` for none, `undefined`
+    /// for the active one.
+    pub fn generate(&self, prompt: String, options: JsValue, adapter: JsValue) -> js_sys::Promise {
+        self.start(Ok(Prompt::Text(prompt)), options, adapter)
+    }
+
+    /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template;
+    /// the KV cache of the previous turn is reused where the conversation matches.
+    pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
+        let msgs = serde_wasm_bindgen::from_value::<Vec<Message>>(messages)
+            .map(Prompt::Chat)
+            .map_err(|e| js_err(format!("messages must be [{{role, content}}]: {e}")));
+        self.start(msgs, options, adapter)
+    }
+
+    fn start(
+        &self,
+        prompt: Result<Prompt, JsError>,
+        options: JsValue,
+        adapter: JsValue,
+    ) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        promise(async move {
+            let prompt = prompt?;
+            let opts: GenerateOptions = self::options(options)?;
+            let choice = adapter_choice(&adapter)?;
+            let mut lease = Lease::take(&slot)?;
+            let id = lease
+                .get()?
+                .start(&prompt, &opts, &choice)
+                .await
+                .map_err(js_err)?;
+            Ok(JsValue::from(id as f64))
         })
     }
 
-    /// Starts a reply to `prompt` (plain text, no chat template). `adapter`: a loaded
-    /// adapter's name, `null` for none, `undefined` for the active one.
-    pub fn generate(&self, prompt: String, options: JsValue, adapter: JsValue) -> js_sys::Promise {
-        self.start(Request::Prompt(prompt), options, adapter)
+    /// The next chunk of reply `id`: `{text, tokenId}`, then `{done: true,
+    /// finishReason, usage}` (again, if asked after the end).
+    pub fn next(&self, id: f64) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        let id = id as u64;
+        promise(async move {
+            let mut lease = Lease::take(&slot)?;
+            let core = lease.get()?;
+            let event = match slot.abort.take() {
+                Some(a) if a == id => core.abort(id),
+                _ => None,
+            };
+            let event = match event {
+                Some(e) => e,
+                None => core.next(id).await.map_err(js_err)?,
+            };
+            to_js(&Chunk::from(event))
+        })
     }
 
-    /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template.
-    /// The KV cache of the previous turn is reused where the conversation matches.
-    pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
-        match serde_wasm_bindgen::from_value::<Vec<Message>>(messages) {
-            Ok(m) => self.start(Request::Chat(m), options, adapter),
-            Err(e) => js_sys::Promise::reject(
-                &js_err(format!("messages must be [{{role, content}}]: {e}")).into(),
-            ),
+    /// Ends reply `id` within a step (`finishReason: "abort"`); other ids are ignored.
+    pub fn abort(&self, id: f64) {
+        let id = id as u64;
+        if self.slot.with(|c| c.abort(id)).is_err() {
+            // A step holds the engine: it ends the reply when it returns.
+            self.slot.abort.set(Some(id));
         }
     }
 
-    fn start(&self, req: Request, options: JsValue, adapter: JsValue) -> js_sys::Promise {
-        let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
-        promise(async move {
-            let _busy = Busy::take(&busy)?;
-            aborted.set(false);
-            let opts: GenerateOptions = if options.is_undefined() || options.is_null() {
-                GenerateOptions::default()
-            } else {
-                serde_wasm_bindgen::from_value(options).map_err(js_err)?
-            };
-            let mut lease = Lease::take(&inner)?;
-            let s = lease.get();
-            s.generation = None;
-            let prompt = match req {
-                Request::Prompt(p) => s.tk.encode_prompt(&p, false),
-                Request::Chat(m) => s.tk.encode_chat(&m, true),
-            }
-            .map_err(js_err)?;
-            s.current = s.pick(&adapter)?;
-            let ad = s.current.as_deref().and_then(|n| s.adapters.get(n));
-            let mut b = GpuBackend::with_adapter(&s.model, &mut s.session, ad);
-            s.generation = Some(
-                Generation::start(&mut b, &prompt, &opts)
-                    .await
-                    .map_err(js_err)?,
-            );
-            Ok(JsValue::UNDEFINED)
-        })
-    }
-
-    /// The next chunk of the running reply: `{text, tokenId}`, then once
-    /// `{done: true, finishReason, usage}`.
-    pub fn next(&self) -> js_sys::Promise {
-        let (inner, busy, aborted) = (self.inner.clone(), self.busy.clone(), self.aborted.clone());
-        let stats = self.stats.clone();
-        promise(async move {
-            let _busy = Busy::take(&busy)?;
-            let mut lease = Lease::take(&inner)?;
-            let Inner {
-                model,
-                session,
-                tk,
-                generation,
-                adapters,
-                current,
-                ..
-            } = lease.get();
-            let g = generation.as_mut().ok_or_else(|| {
-                JsError::new("no generation is running: call generate() or chat() first")
-            })?;
-            let event = if aborted.get() {
-                g.abort()
-            } else {
-                let ad = current.as_deref().and_then(|n| adapters.get(n));
-                g.next(&mut GpuBackend::with_adapter(model, session, ad), tk)
-                    .await
-                    .map_err(js_err)?
-            };
-            let usage = g.usage();
-            stats.set(Stats {
-                prefill_tokens_per_s: usage.prefill_tokens_per_s(),
-                decode_tokens_per_s: usage.decode_tokens_per_s(),
-                weight_bytes: model.weight_bytes,
-                kv_cache_bytes: session.kv_bytes(),
-                context_tokens: session.len(),
-            });
-            to_js(&match event {
-                Event::Text { text, token } => Chunk {
-                    text: Some(text),
-                    token_id: Some(token),
-                    ..Default::default()
-                },
-                Event::Done { finish, usage } => Chunk {
-                    done: true,
-                    finish_reason: Some(finish),
-                    usage: Some(usage),
-                    ..Default::default()
-                },
-            })
-        })
+    /// The caller let go of reply `id`: it ends, and the engine is free.
+    pub fn release(&self, id: f64) {
+        self.abort(id);
     }
 
     /// Uploads a PEFT LoRA adapter (the bytes of adapter_config.json and
     /// adapter_model.safetensors) under `name`; the base model is untouched.
     #[wasm_bindgen(js_name = loadAdapter)]
     pub fn load_adapter(&self, name: String, config: &[u8], weights: &[u8]) -> Result<(), JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        let mut lease = Lease::take(&self.inner)?;
-        let s = lease.get();
-        let adapter = crate::adapters::parse(config, weights, &s.model.config).map_err(js_err)?;
-        let gpu_adapter = GpuAdapter::upload(&s.model.gpu, &adapter).map_err(js_err)?;
-        s.adapters.insert(&name, gpu_adapter);
-        Ok(())
+        self.slot
+            .with(|c| c.load_adapter(&name, config, weights))?
+            .map_err(js_err)
     }
 
     /// Makes `name` (or `null`: none) the adapter of calls that do not name one.
     #[wasm_bindgen(js_name = useAdapter)]
     pub fn use_adapter(&self, name: Option<String>) -> Result<(), JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        let mut lease = Lease::take(&self.inner)?;
-        let s = lease.get();
-        if let Some(n) = &name {
-            if s.adapters.get(n).is_none() {
-                return Err(JsError::new(&format!("no adapter named {n:?} is loaded")));
-            }
-        }
-        s.active = name;
-        Ok(())
+        self.slot
+            .with(|c| c.use_adapter(name.as_deref()))?
+            .map_err(js_err)
     }
 
     /// Frees an adapter's GPU memory; false when there was none of that name.
     #[wasm_bindgen(js_name = unloadAdapter)]
     pub fn unload_adapter(&self, name: String) -> Result<bool, JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        let mut lease = Lease::take(&self.inner)?;
-        let s = lease.get();
-        if s.active.as_deref() == Some(&name) {
-            s.active = None;
-        }
-        Ok(s.adapters.remove(&name))
+        self.slot.with(|c| c.unload_adapter(&name))?.map_err(js_err)
     }
 
     /// `[{ name, bytes, rank, active }]`
     pub fn adapters(&self) -> Result<JsValue, JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        let mut lease = Lease::take(&self.inner)?;
-        let s = lease.get();
-        let list: Vec<AdapterInfo> = s
-            .adapters
-            .list()
-            .into_iter()
-            .map(|(name, bytes, rank)| AdapterInfo {
-                active: s.active.as_deref() == Some(&name),
-                name,
-                bytes,
-                rank,
-            })
-            .collect();
-        to_js(&list)
-    }
-
-    /// Asks the running reply to stop; the next `next()` ends it with `abort`.
-    pub fn abort(&self) {
-        self.aborted.set(true);
+        if self.slot.disposed.get() {
+            return Err(self.slot.missing());
+        }
+        to_js(&*self.slot.adapters.borrow())
     }
 
     /// Speeds of the current or last reply and GPU memory in use.
     pub fn stats(&self) -> Result<JsValue, JsError> {
-        to_js(&self.stats.get())
+        to_js(&self.slot.stats.get())
     }
 
-    /// The model's configuration and the WebGPU adapter.
+    /// The model's configuration and the WebGPU adapter (`gpuAdapter`).
     pub fn info(&self) -> Result<JsValue, JsError> {
         to_js(&self.info)
     }
 
     /// Forgets the conversation (the KV cache is kept allocated, its contents dropped).
     pub fn reset(&self) -> Result<(), JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        let mut guard = self.inner.borrow_mut();
-        let s = guard
-            .as_mut()
-            .ok_or_else(|| JsError::new("this model was disposed"))?;
-        s.generation = None;
-        s.session.clear();
-        self.stats.set(Stats {
-            context_tokens: 0,
-            ..self.stats.get()
-        });
-        Ok(())
+        self.slot.with(|c| c.reset())?.map_err(js_err)
     }
 
-    /// Frees the GPU memory; the engine cannot be used afterwards.
+    /// Frees the GPU memory; the engine cannot be used afterwards. Refused while a
+    /// reply runs.
     pub fn dispose(&self) -> Result<(), JsError> {
-        let _busy = Busy::take(&self.busy)?;
-        self.inner.borrow_mut().take();
+        if self.slot.with(|c| c.is_busy())? {
+            return Err(js_err(busy()));
+        }
+        self.slot.core.borrow_mut().take();
+        self.slot.disposed.set(true);
         Ok(())
     }
-}
-
-enum Request {
-    Prompt(String),
-    Chat(Vec<Message>),
 }
 
 #[derive(Serialize, Default)]
@@ -435,6 +345,24 @@ struct Chunk {
     usage: Option<Usage>,
 }
 
+impl From<Event> for Chunk {
+    fn from(e: Event) -> Chunk {
+        match e {
+            Event::Text { text, token } => Chunk {
+                text: Some(text),
+                token_id: Some(token),
+                ..Default::default()
+            },
+            Event::Done { finish, usage } => Chunk {
+                done: true,
+                finish_reason: Some(finish),
+                usage: Some(usage),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 #[derive(Serialize, Clone, Copy, Default)]
 #[serde(rename_all = "camelCase")]
 struct Stats {
@@ -445,7 +373,20 @@ struct Stats {
     context_tokens: usize,
 }
 
-#[derive(Serialize)]
+impl Stats {
+    fn of(c: &Core) -> Stats {
+        let u = c.usage().unwrap_or_default();
+        Stats {
+            prefill_tokens_per_s: u.prefill_tokens_per_s(),
+            decode_tokens_per_s: u.decode_tokens_per_s(),
+            weight_bytes: c.weight_bytes(),
+            kv_cache_bytes: c.kv_cache_bytes(),
+            context_tokens: c.context_tokens(),
+        }
+    }
+}
+
+#[derive(Serialize, Clone)]
 struct AdapterInfo {
     name: String,
     bytes: u64,
@@ -453,11 +394,25 @@ struct AdapterInfo {
     active: bool,
 }
 
+impl AdapterInfo {
+    fn of(c: &Core) -> Vec<AdapterInfo> {
+        c.adapters()
+            .into_iter()
+            .map(|a| AdapterInfo {
+                name: a.name,
+                bytes: a.bytes,
+                rank: a.rank,
+                active: a.active,
+            })
+            .collect()
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Info<'a> {
     config: &'a crate::model::Config,
-    adapter: &'a str,
+    gpu_adapter: &'a str,
     backend: &'a str,
     shader_f16: bool,
     subgroups: bool,

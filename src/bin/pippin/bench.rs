@@ -2,10 +2,9 @@
 //! shapes of a model, against a naive one-thread-per-row GEMV of the same weights in
 //! the same run; then prefill and decode tokens/s of the whole model.
 
-use pippin::engine::{Backend, GpuBackend, GpuModel, GpuSession, SessionOptions, Want};
+use pippin::engine::{Backend, Engine, GpuModel, Want};
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::Step;
-use pippin::quant::kv::KvFormat;
 use pippin::Result;
 use web_time::Instant;
 
@@ -110,26 +109,20 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
     Ok(rows)
 }
 
-/// Prefill tokens/s over a `prompt`-token prompt and decode tokens/s over `steps`.
-pub fn model(m: &GpuModel, kv: KvFormat, prompt: usize, steps: usize) -> Result<(f64, f64)> {
+/// Prefill tokens/s over a `prompt`-token prompt and decode tokens/s over `steps`, on
+/// the engine's session (its context must hold prompt + steps + 1).
+pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64)> {
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
-    let opts = SessionOptions {
-        max_context: prompt + steps + 1,
-        kv,
-        chunk: 64,
-    };
     let greedy = || Want {
         top_k: Some(1),
         penalty: 1.0,
         penalty_ids: &[],
     };
+    let mut s = e.backend()?;
     // Warm-up: compiles every pipeline both paths use.
-    let mut warm = GpuSession::new(m, opts.clone())?;
-    let mut warm = GpuBackend::new(m, &mut warm);
-    pollster::block_on(warm.forward(&tokens[..2], greedy()))?;
-    pollster::block_on(warm.forward(&tokens[..1], greedy()))?;
-    let mut session = GpuSession::new(m, opts)?;
-    let mut s = GpuBackend::new(m, &mut session);
+    pollster::block_on(s.forward(&tokens[..2], greedy()))?;
+    pollster::block_on(s.forward(&tokens[..1], greedy()))?;
+    s.truncate(0);
     let t = Instant::now();
     pollster::block_on(s.forward(&tokens, greedy()))?;
     let prefill = prompt as f64 / t.elapsed().as_secs_f64();

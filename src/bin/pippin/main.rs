@@ -5,9 +5,7 @@ mod bench;
 mod quality;
 
 use clap::{Args, Parser, Subcommand};
-use pippin::engine::{
-    self, CpuSession, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession, SessionOptions,
-};
+use pippin::engine::{self, CpuSession, Engine, GenerateOptions, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, Config};
@@ -205,20 +203,19 @@ fn generate(a: GenerateArgs) -> Result<()> {
             pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
         (f, u, "CPU reference".to_string())
     } else {
-        let (model, adapter) = load_gpu(&a.model, a.adapter.as_deref())?;
-        let name = format!(
-            "GPU {} ({})",
-            model.gpu.adapter.name, model.gpu.adapter.backend
-        );
         let so = SessionOptions {
             max_context: a.max_context,
             kv: a.kv,
             ..Default::default()
         };
-        let mut session = GpuSession::new(&model, so)?;
-        let mut backend = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
-        let (f, u) =
-            pollster::block_on(engine::generate(&mut backend, &tk, &prompt, &opts, on_text))?;
+        let mut e = load_engine(&a.model, a.adapter.as_deref(), so)?;
+        let name = format!(
+            "GPU {} ({})",
+            e.model().gpu.adapter.name,
+            e.model().gpu.adapter.backend
+        );
+        let mut b = e.backend()?;
+        let (f, u) = pollster::block_on(engine::generate(&mut b, &tk, &prompt, &opts, on_text))?;
         (f, u, format!("{name}, KV {:?}", a.kv))
     };
     let _ = writeln!(std::io::stdout());
@@ -239,16 +236,18 @@ fn run_bench(
     steps: usize,
     kv: KvFormat,
 ) -> Result<()> {
-    let gpu = pollster::block_on(Gpu::new(Caps {
-        shader_f16: true,
-        subgroups: true,
-    }))?;
-    let a = &gpu.adapter;
+    let so = SessionOptions {
+        max_context: prompt + steps + 1,
+        kv,
+        chunk: 64,
+    };
+    let mut engine = load_engine(path, None, so)?;
+    let model = engine.model();
+    let a = &model.gpu.adapter;
     println!(
         "adapter: {} ({}, {}; software: {}, subgroup size: {})",
         a.name, a.backend, a.driver, a.software, a.subgroup_size
     );
-    let (model, _) = pollster::block_on(GpuModel::load_file(gpu, path, &mut |_, _| {}))?;
     println!(
         "model: {} ({} MB of weights on the GPU)\n",
         path.display(),
@@ -256,7 +255,7 @@ fn run_bench(
     );
     println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for r in bench::kernels(&model, reps, prompt.clamp(2, 64))? {
+    for r in bench::kernels(model, reps, prompt.clamp(2, 64))? {
         let (naive, ratio) = match r.naive_ms {
             Some(n) => (format!("{n:.3}"), format!("{:.1}×", n / r.ms)),
             None => ("".into(), "".into()),
@@ -273,29 +272,24 @@ fn run_bench(
             r.gflops()
         );
     }
-    let (pf, dc) = bench::model(&model, kv, prompt, steps)?;
+    let (pf, dc) = bench::model(&mut engine, prompt, steps)?;
     println!("\nwhole model, KV {kv:?}: prefill {pf:.1} tokens/s ({prompt}-token prompt), decode {dc:.1} tokens/s ({steps} steps)");
     Ok(())
 }
 
-/// The model on the GPU (every optional feature the adapter has), with an adapter.
-fn load_gpu(
+/// The engine on the GPU (every optional feature the adapter has), with a LoRA
+/// adapter folder made active when given.
+fn load_engine(
     model: &std::path::Path,
     adapter: Option<&std::path::Path>,
-) -> Result<(GpuModel, Option<GpuAdapter>)> {
-    let gpu = pollster::block_on(Gpu::new(Caps {
-        shader_f16: true,
-        subgroups: true,
-    }))?;
-    let (model, _) = pollster::block_on(GpuModel::load_file(gpu, model, &mut |_, _| {}))?;
-    let adapter = match adapter {
-        Some(dir) => Some(GpuAdapter::upload(
-            &model.gpu,
-            &read_adapter(dir, &model.config)?,
-        )?),
-        None => None,
-    };
-    Ok((model, adapter))
+    session: SessionOptions,
+) -> Result<Engine> {
+    let gpu = pollster::block_on(Gpu::new(Caps::all()))?;
+    let mut e = pollster::block_on(Engine::load_file(gpu, model, session))?;
+    if let Some(dir) = adapter {
+        e.load_adapter_dir("adapter", dir)?;
+    }
+    Ok(e)
 }
 
 /// Reads a PEFT adapter folder for a model.

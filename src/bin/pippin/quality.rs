@@ -3,7 +3,7 @@
 use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
-use pippin::engine::{CpuSession, GpuBackend, GpuSession, SessionOptions};
+use pippin::engine::{CpuSession, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::model::load_reference;
 use pippin::quant::kv::KvFormat;
@@ -159,15 +159,14 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             "CPU reference".to_string(),
         )
     } else {
-        let (model, adapter) = super::load_gpu(&a.model, a.adapter.as_deref())?;
-        let name = format!("GPU {}, KV {:?}", model.gpu.adapter.name, a.kv);
         let so = SessionOptions {
             max_context: a.window,
             kv: a.kv,
             ..Default::default()
         };
-        let mut session = GpuSession::new(&model, so)?;
-        let mut b = GpuBackend::with_adapter(&model, &mut session, adapter.as_ref());
+        let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so)?;
+        let name = format!("GPU {}, KV {:?}", e.model().gpu.adapter.name, a.kv);
+        let mut b = e.backend()?;
         (
             pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,
             name,
