@@ -2,8 +2,8 @@
 //! `adapter_model.safetensors`, Hugging Face module names and row order), with random
 //! A and B: the test fixtures for the default model. `pippin make-adapter` writes one.
 
-use super::{module_shape, MODULES};
 use crate::model::Config;
+use crate::model::Proj;
 use crate::rng::Rng;
 use safetensors::{serialize, Dtype, View};
 use std::borrow::Cow;
@@ -66,11 +66,11 @@ pub fn write(c: &Config, spec: &FixtureSpec) -> (String, Vec<u8>) {
     let mut tensors: Vec<(String, T)> = Vec::new();
     for layer in 0..c.n_layers {
         for &name in spec.modules {
-            let Some(m) = MODULES.iter().position(|x| *x == name) else {
+            let Some(m) = Proj::ALL.into_iter().find(|p| p.hf_name() == name) else {
                 continue;
             };
-            let (rows, cols) = module_shape(c, m);
-            let block = if m < 4 { "self_attn" } else { "mlp" };
+            let (rows, cols) = m.shape(c);
+            let block = if m.is_attention() { "self_attn" } else { "mlp" };
             let base = format!("base_model.model.model.layers.{layer}.{block}.{name}");
             let a = tensor(
                 spec.rank,

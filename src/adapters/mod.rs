@@ -8,9 +8,9 @@ mod peft;
 
 pub use peft::{parse, LoraConfig};
 
-use crate::model::{Arch, Config, Weights};
+use crate::model::{Arch, Config, PerProj, Proj, Weights};
 
-/// The seven linear layers of a block, in Hugging Face's names.
+/// The seven linear layers of a block, in Hugging Face's names (`Proj::ALL` order).
 pub const MODULES: [&str; 7] = [
     "q_proj",
     "k_proj",
@@ -34,12 +34,12 @@ pub struct Lora {
     pub half: bool,
 }
 
-/// An adapter: per layer, per module (in `MODULES` order), an optional update.
+/// An adapter: per layer, per projection, an optional update.
 #[derive(Clone, Debug)]
 pub struct Adapter {
     pub rank: usize,
     pub scale: f32,
-    pub layers: Vec<[Option<Lora>; 7]>,
+    pub layers: Vec<PerProj<Option<Lora>>>,
 }
 
 impl Adapter {
@@ -51,18 +51,9 @@ impl Adapter {
     }
 
     pub fn loras(&self) -> impl Iterator<Item = &Lora> {
-        self.layers.iter().flat_map(|l| l.iter().flatten())
-    }
-}
-
-/// Rows and columns of module `m` (index into `MODULES`) in this model.
-pub fn module_shape(c: &Config, m: usize) -> (usize, usize) {
-    match m {
-        0 => (c.q_dim(), c.hidden),
-        1 | 2 => (c.kv_dim(), c.hidden),
-        3 => (c.hidden, c.q_dim()),
-        4 | 5 => (c.ffn_dim, c.hidden),
-        _ => (c.hidden, c.ffn_dim),
+        self.layers
+            .iter()
+            .flat_map(|l| l.iter().filter_map(|(_, lora)| lora.as_ref()))
     }
 }
 
@@ -90,11 +81,11 @@ pub fn permute_rows<T: Copy + Default>(
     out
 }
 
-/// Whether module `m`'s B rows must be permuted for this model.
-pub fn needs_permutation(c: &Config, m: usize) -> Option<usize> {
-    match (c.arch, m) {
-        (Arch::Llama, 0) => Some(c.n_heads),
-        (Arch::Llama, 1) => Some(c.n_kv_heads),
+/// Whether projection `p`'s B rows must be permuted for this model (how many heads).
+pub fn needs_permutation(c: &Config, p: Proj) -> Option<usize> {
+    match (c.arch, p) {
+        (Arch::Llama, Proj::Q) => Some(c.n_heads),
+        (Arch::Llama, Proj::K) => Some(c.n_kv_heads),
         _ => None,
     }
 }
@@ -102,16 +93,8 @@ pub fn needs_permutation(c: &Config, m: usize) -> Option<usize> {
 /// W += B·A for every update (the CPU reference of an adapted model).
 pub fn merge_into(w: &mut Weights, adapter: &Adapter) {
     for (layer, loras) in w.layers.iter_mut().zip(&adapter.layers) {
-        let targets = [
-            &mut layer.wq,
-            &mut layer.wk,
-            &mut layer.wv,
-            &mut layer.wo,
-            &mut layer.w_gate,
-            &mut layer.w_up,
-            &mut layer.w_down,
-        ];
-        for (target, lora) in targets.into_iter().zip(loras) {
+        for (p, lora) in loras.iter() {
+            let target = p.of_mut(layer);
             if let Some(l) = lora {
                 for r in 0..l.rows {
                     let row = &mut target[r * l.cols..][..l.cols];

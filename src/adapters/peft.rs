@@ -1,9 +1,10 @@
 //! Reading PEFT's files: the JSON config and the safetensors weights, bounded and
 //! checked against the model with errors that name the first mismatch.
 
-use super::{module_shape, needs_permutation, permute_rows, Adapter, Lora, MODULES};
+use super::{needs_permutation, permute_rows, Adapter, Lora};
 use crate::error::{Error, Result};
 use crate::model::Config;
+use crate::model::{PerProj, Proj};
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
@@ -64,11 +65,12 @@ pub fn parse(config_json: &[u8], weights: &[u8], c: &Config) -> Result<Adapter> 
     };
     let st = SafeTensors::deserialize(weights)
         .map_err(|e| err(format!("adapter_model.safetensors: {e}")))?;
-    let mut layers: Vec<[Option<Lora>; 7]> = (0..c.n_layers).map(|_| Default::default()).collect();
+    let mut layers: Vec<PerProj<Option<Lora>>> =
+        (0..c.n_layers).map(|_| Default::default()).collect();
     let mut found = 0;
     // In layer and module order, so the first mismatch reported is the first one.
     let mut names = st.names();
-    names.sort_by_key(|n| (parse_name(n).map(|(l, m, _)| (l, m)), n.to_string()));
+    names.sort_by_key(|n| (parse_name(n).map(|(l, p, _)| (l, p.index())), n.to_string()));
     for name in names {
         let Some((layer, module, is_a)) = parse_name(name) else {
             return Err(err(format!(
@@ -108,7 +110,7 @@ pub fn parse(config_json: &[u8], weights: &[u8], c: &Config) -> Result<Adapter> 
 }
 
 /// `base_model.model.model.layers.{i}.{self_attn|mlp}.{module}.lora_{A|B}.weight`
-fn parse_name(name: &str) -> Option<(usize, usize, bool)> {
+fn parse_name(name: &str) -> Option<(usize, Proj, bool)> {
     let rest = &name[name.find("layers.")? + "layers.".len()..];
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
@@ -118,7 +120,9 @@ fn parse_name(name: &str) -> Option<(usize, usize, bool)> {
         "lora_B" => false,
         _ => return None,
     };
-    let module = MODULES.iter().position(|m| parts.contains(m))?;
+    let module = Proj::ALL
+        .into_iter()
+        .find(|p| parts.contains(&p.hf_name()))?;
     Some((layer, module, is_a))
 }
 
@@ -194,14 +198,14 @@ fn read(st: &SafeTensors, name: &str, transposed: bool) -> Result<Matrix> {
 fn lora(
     c: &Config,
     cfg: &LoraConfig,
-    m: usize,
+    m: Proj,
     layer: usize,
     a: Matrix,
     b: Matrix,
     scale: f32,
 ) -> Result<Lora> {
-    let (rows, cols) = module_shape(c, m);
-    let what = format!("layer {layer} {}", MODULES[m]);
+    let (rows, cols) = m.shape(c);
+    let what = format!("layer {layer} {}", m.hf_name());
     if a.rows != cfg.r || b.cols != cfg.r {
         return Err(err(format!(
             "{what}: lora_A is {}×{} and lora_B {}×{}, but the config says rank {}",

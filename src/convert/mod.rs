@@ -16,11 +16,12 @@ use crate::gguf::{Gguf, TensorInfo, Value, Writer};
 use crate::model::reference::Reference;
 use crate::model::weights::{find, Weights, ROWS_PER_LUT_2BIT_KEY, ROWS_PER_LUT_KEY};
 use crate::model::Config;
+use crate::model::Proj;
 use crate::quant::palette::bits_per_weight;
 use crate::quant::{self, encode, GgmlType};
 use crate::tokenizer::Tokenizer;
 use hf::HfCheckpoint;
-use plan::{Calibration, MATRICES};
+use plan::Calibration;
 use std::io::{BufReader, Write as _};
 use std::path::Path;
 
@@ -251,10 +252,10 @@ fn plan_bits(
     let c = &r.config;
     let mut entries: Vec<Entry> = (0..c.n_layers)
         .flat_map(|l| {
-            MATRICES.iter().enumerate().map(move |(m, name)| {
-                let (rows, cols) = crate::adapters::module_shape(c, m);
+            Proj::ALL.into_iter().map(move |p| {
+                let (rows, cols) = p.shape(c);
                 Entry {
-                    name: format!("blk.{l}.{name}.weight"),
+                    name: format!("blk.{l}.{}.weight", p.gguf_name()),
                     rows,
                     cols,
                     bits: if opts.bits == Bits::Two { 2 } else { 4 },
@@ -274,7 +275,7 @@ fn plan_bits(
             e.bits = b;
         }
         log("plan (bits per matrix; q k v o gate up down):");
-        for (l, chunk) in entries.chunks(MATRICES.len()).enumerate() {
+        for (l, chunk) in entries.chunks(Proj::ALL.len()).enumerate() {
             let bits: Vec<String> = chunk.iter().map(|e| e.bits.to_string()).collect();
             log(&format!("  layer {l:2}: {}", bits.join(" ")));
         }
@@ -317,12 +318,12 @@ fn write_tensors(
     let by_name: std::collections::HashMap<&str, (usize, usize)> = entries
         .iter()
         .enumerate()
-        .map(|(i, e)| (e.name.as_str(), (i / MATRICES.len(), i % MATRICES.len())))
+        .map(|(i, e)| (e.name.as_str(), (i / Proj::ALL.len(), i % Proj::ALL.len())))
         .collect();
     for t in &g.tensors {
         if let Some(&(l, m)) = by_name.get(t.name.as_str()) {
-            let e = &entries[l * MATRICES.len() + m];
-            let values = plan::matrix(&r.weights.layers[l], m);
+            let e = &entries[l * Proj::ALL.len() + m];
+            let values = Proj::ALL[m].of(&r.weights.layers[l]);
             let shape = (e.rows, e.cols);
             let p = plan::quantize(
                 values,

@@ -9,55 +9,18 @@
 use super::gptq;
 use crate::error::{Error, Result};
 use crate::model::reference::{KvCache, Reference, Site};
-use crate::model::weights::Layer;
+use crate::model::Proj;
 use crate::quant::palette::{bits_per_weight, palettize_weighted, Palettized};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
-/// The seven matrices of a layer, in `adapters::MODULES` order, with GGUF names.
-pub const MATRICES: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
-
 /// Which input a layer matrix reads.
-pub fn site(m: usize) -> Site {
-    match m {
-        0..=2 => Site::Attention,
-        3 => Site::AttentionOutput,
-        4 | 5 => Site::Ffn,
-        _ => Site::FfnDown,
-    }
-}
-
-/// A layer's matrix `m` (index into `MATRICES`).
-pub fn matrix(layer: &Layer, m: usize) -> &[f32] {
-    [
-        &layer.wq,
-        &layer.wk,
-        &layer.wv,
-        &layer.wo,
-        &layer.w_gate,
-        &layer.w_up,
-        &layer.w_down,
-    ][m.min(6)]
-}
-
-/// As `matrix`, to swap it.
-pub fn matrix_mut(layer: &mut Layer, m: usize) -> &mut Vec<f32> {
-    match m {
-        0 => &mut layer.wq,
-        1 => &mut layer.wk,
-        2 => &mut layer.wv,
-        3 => &mut layer.wo,
-        4 => &mut layer.w_gate,
-        5 => &mut layer.w_up,
-        _ => &mut layer.w_down,
+pub fn site(p: Proj) -> Site {
+    match p {
+        Proj::Q | Proj::K | Proj::V => Site::Attention,
+        Proj::O => Site::AttentionOutput,
+        Proj::Gate | Proj::Up => Site::Ffn,
+        Proj::Down => Site::FfnDown,
     }
 }
 
@@ -174,7 +137,7 @@ pub fn quantize(
     cal: Option<&Calibration>,
     (l, m): (usize, usize),
 ) -> Palettized {
-    let key = (l, site(m));
+    let key = (l, site(Proj::ALL[m]));
     let imp = cal.and_then(|c| c.importance.get(&key)).map(Vec::as_slice);
     let mut p = palettize_weighted(w, rows, cols, bits, rows_per_lut, seed, imp);
     if let Some(u) = cal.and_then(|c| c.factors.get(&key)) {
@@ -193,17 +156,17 @@ pub fn sensitivities(
     log: &mut dyn FnMut(&str),
 ) -> Vec<f64> {
     let c = r.config.clone();
-    let mut out = Vec::with_capacity(c.n_layers * MATRICES.len());
+    let mut out = Vec::with_capacity(c.n_layers * Proj::ALL.len());
     for l in 0..c.n_layers {
-        for (m, _) in MATRICES.iter().enumerate() {
-            let shape = crate::adapters::module_shape(&c, m);
-            let w = matrix_mut(&mut r.weights.layers[l], m);
-            let p = quantize(w, shape, 2, rows_per_lut, seed, Some(cal), (l, m));
-            let original = std::mem::replace(w, p.dequantize());
+        for (m, p) in Proj::ALL.into_iter().enumerate() {
+            let shape = p.shape(&c);
+            let w = p.of_mut(&mut r.weights.layers[l]);
+            let pal = quantize(w, shape, 2, rows_per_lut, seed, Some(cal), (l, m));
+            let original = std::mem::replace(w, pal.dequantize());
             out.push(cal.divergence(r, l));
-            *matrix_mut(&mut r.weights.layers[l], m) = original;
+            *p.of_mut(&mut r.weights.layers[l]) = original;
         }
-        let row = &out[l * MATRICES.len()..];
+        let row = &out[l * Proj::ALL.len()..];
         log(&format!(
             "sensitivity layer {l:2}: {}",
             row.iter()

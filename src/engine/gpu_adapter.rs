@@ -6,6 +6,7 @@ use crate::adapters::{Adapter, Lora};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
+use crate::model::PerProj;
 use crate::quant::gpu_layout::{f16_words, GpuFormat, Packed};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,7 +21,7 @@ pub struct GpuAdapter {
     /// Unique per upload: a session's KV cache is valid for one adapter only.
     pub id: u64,
     pub rank: usize,
-    pub layers: Vec<[Option<GpuLora>; 7]>,
+    pub layers: Vec<PerProj<Option<GpuLora>>>,
     pub bytes: u64,
 }
 
@@ -86,10 +87,10 @@ impl GpuAdapter {
     pub fn upload(gpu: &Gpu, adapter: &Adapter) -> Result<GpuAdapter> {
         let mut layers = Vec::with_capacity(adapter.layers.len());
         for l in &adapter.layers {
-            let mut out: [Option<GpuLora>; 7] = Default::default();
-            for (slot, lora) in out.iter_mut().zip(l) {
+            let mut out: PerProj<Option<GpuLora>> = Default::default();
+            for (p, lora) in l.iter() {
                 if let Some(lora) = lora {
-                    *slot = Some(upload_lora(gpu, lora)?);
+                    out[p] = Some(upload_lora(gpu, lora)?);
                 }
             }
             layers.push(out);
@@ -97,8 +98,7 @@ impl GpuAdapter {
         gpu.take_error()?;
         let bytes = layers
             .iter()
-            .flatten()
-            .flatten()
+            .flat_map(|l| l.iter().filter_map(|(_, g)| g.as_ref()))
             .map(|l| l.a.bytes() + l.b.bytes())
             .sum();
         Ok(GpuAdapter {

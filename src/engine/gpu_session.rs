@@ -12,6 +12,7 @@ use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, GpuMatrix, Io};
 use crate::kernels::sample::{self, TopK};
 use crate::kernels::{Plan, Step};
+use crate::model::Proj;
 use crate::quant::kv::KvFormat;
 use std::collections::HashMap;
 
@@ -292,10 +293,10 @@ impl GpuSession {
         };
         matmul::embed(k, pass, step, &m.embed, &b.tokens, &b.x, n, c.embed_scale)?;
         for (l, w) in m.layers.iter().enumerate() {
-            let lora = |i: usize| {
+            let lora = |p: Proj| {
                 adapter
                     .and_then(|a| a.layers.get(l))
-                    .and_then(|ls| ls[i].as_ref())
+                    .and_then(|ls| ls[p].as_ref())
             };
             // A layer's outputs are added to x, or (with Gemma's post norms) written
             // to h, normalized and then added.
@@ -304,10 +305,11 @@ impl GpuSession {
                 None => (&b.x, accumulate_to_x),
             };
             norm(pass, &w.attn_norm, &b.x, &b.h, false)?;
-            for (i, (mat, off)) in [(&w.wq, 0), (&w.wk, qd), (&w.wv, qd + kd)]
-                .into_iter()
-                .enumerate()
-            {
+            for (p, mat, off) in [
+                (Proj::Q, &w.wq, 0),
+                (Proj::K, &w.wk, qd),
+                (Proj::V, &w.wv, qd + kd),
+            ] {
                 let io = Io {
                     x: &b.h,
                     x_stride: h,
@@ -316,7 +318,7 @@ impl GpuSession {
                     y_offset: off,
                     accumulate: false,
                 };
-                self.project(m, pass, mat, lora(i), &io, n)?;
+                self.project(m, pass, mat, lora(p), &io, n)?;
             }
             let norms = w.qk_norm.as_ref().map(|(q, kk)| (q, kk));
             let table = &b.rope[c.is_sliding(l) as usize];
@@ -347,12 +349,12 @@ impl GpuSession {
                 y_offset: 0,
                 accumulate,
             };
-            self.project(m, pass, &w.wo, lora(3), &io, n)?;
+            self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
             if let Some((post_attn, _)) = &w.post_norms {
                 norm(pass, post_attn, &b.h, &b.x, true)?;
             }
             norm(pass, &w.ffn_norm, &b.x, &b.h, false)?;
-            for (i, (mat, off)) in [(&w.gate, 0), (&w.up, f)].into_iter().enumerate() {
+            for (p, mat, off) in [(Proj::Gate, &w.gate, 0), (Proj::Up, &w.up, f)] {
                 let io = Io {
                     x: &b.h,
                     x_stride: h,
@@ -361,7 +363,7 @@ impl GpuSession {
                     y_offset: off,
                     accumulate: false,
                 };
-                self.project(m, pass, mat, lora(4 + i), &io, n)?;
+                self.project(m, pass, mat, lora(p), &io, n)?;
             }
             elementwise::glu(k, pass, step, c.activation, &b.gu, &b.act, f, n)?;
             let (y, accumulate) = residual(true);
@@ -373,7 +375,7 @@ impl GpuSession {
                 y_offset: 0,
                 accumulate,
             };
-            self.project(m, pass, &w.down, lora(6), &io, n)?;
+            self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
             if let Some((_, post_ffn)) = &w.post_norms {
                 norm(pass, post_ffn, &b.h, &b.x, true)?;
             }

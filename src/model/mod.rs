@@ -1,10 +1,12 @@
 //! The model: its configuration, the tensors it needs, and the CPU reference forward.
 
 mod config;
+mod proj;
 pub mod reference;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
+pub use proj::{PerProj, Proj};
 pub use reference::{KvCache, Reference};
 pub use weights::Weights;
 

@@ -1,0 +1,138 @@
+//! The seven linear projections of a layer, by name: what LoRA adapters target, what
+//! the converter palettizes, what the GPU forward applies — instead of slot numbers.
+
+use super::config::Config;
+use super::weights::Layer;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proj {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Proj {
+    pub const ALL: [Proj; 7] = [
+        Proj::Q,
+        Proj::K,
+        Proj::V,
+        Proj::O,
+        Proj::Gate,
+        Proj::Up,
+        Proj::Down,
+    ];
+
+    /// Position in `ALL` (and in a `PerProj`).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Hugging Face's module name (PEFT's `target_modules`).
+    pub fn hf_name(self) -> &'static str {
+        [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ][self.index()]
+    }
+
+    /// llama.cpp's tensor name within a block (`blk.N.<name>.weight`).
+    pub fn gguf_name(self) -> &'static str {
+        [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ][self.index()]
+    }
+
+    /// Whether it is one of the attention block's (PEFT's `self_attn`).
+    pub fn is_attention(self) -> bool {
+        self.index() < 4
+    }
+
+    /// (rows, cols) in model `c`: outputs × inputs.
+    pub fn shape(self, c: &Config) -> (usize, usize) {
+        match self {
+            Proj::Q => (c.q_dim(), c.hidden),
+            Proj::K | Proj::V => (c.kv_dim(), c.hidden),
+            Proj::O => (c.hidden, c.q_dim()),
+            Proj::Gate | Proj::Up => (c.ffn_dim, c.hidden),
+            Proj::Down => (c.hidden, c.ffn_dim),
+        }
+    }
+
+    /// The projection's weights in a CPU reference layer.
+    pub fn of(self, l: &Layer) -> &Vec<f32> {
+        match self {
+            Proj::Q => &l.wq,
+            Proj::K => &l.wk,
+            Proj::V => &l.wv,
+            Proj::O => &l.wo,
+            Proj::Gate => &l.w_gate,
+            Proj::Up => &l.w_up,
+            Proj::Down => &l.w_down,
+        }
+    }
+
+    pub fn of_mut(self, l: &mut Layer) -> &mut Vec<f32> {
+        match self {
+            Proj::Q => &mut l.wq,
+            Proj::K => &mut l.wk,
+            Proj::V => &mut l.wv,
+            Proj::O => &mut l.wo,
+            Proj::Gate => &mut l.w_gate,
+            Proj::Up => &mut l.w_up,
+            Proj::Down => &mut l.w_down,
+        }
+    }
+}
+
+/// One `T` per projection, indexed by `Proj`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PerProj<T>(pub [T; 7]);
+
+impl<T> PerProj<T> {
+    pub fn iter(&self) -> impl Iterator<Item = (Proj, &T)> {
+        Proj::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl<T> std::ops::Index<Proj> for PerProj<T> {
+    type Output = T;
+    fn index(&self, p: Proj) -> &T {
+        &self.0[p.index()]
+    }
+}
+
+impl<T> std::ops::IndexMut<Proj> for PerProj<T> {
+    fn index_mut(&mut self, p: Proj) -> &mut T {
+        &mut self.0[p.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_order_of_all() {
+        for (i, p) in Proj::ALL.into_iter().enumerate() {
+            assert_eq!(p.index(), i);
+            assert_eq!(crate::adapters::MODULES[i], p.hf_name());
+        }
+        assert_eq!(Proj::O.gguf_name(), "attn_output");
+        assert!(Proj::V.is_attention() && !Proj::Gate.is_attention());
+    }
+}
