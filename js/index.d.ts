@@ -85,6 +85,8 @@ export interface Stats {
   weightBytes: number;
   kvCacheBytes: number;
   contextTokens: number;
+  /** GPU dispatches per decode step. */
+  dispatchesPerToken: number;
 }
 
 export interface Info {

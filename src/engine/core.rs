@@ -123,8 +123,9 @@ impl Engine {
         self.session.warm(&self.model)
     }
 
-    /// Dispatches one decode step records (with the active adapter).
-    pub fn decode_dispatches(&mut self) -> Result<usize> {
+    /// Dispatches of a decode step with the active adapter, and how many of them are
+    /// outside the layers.
+    pub fn decode_dispatches(&mut self) -> Result<(usize, usize)> {
         self.idle()?;
         let adapter = self
             .active
@@ -132,7 +133,17 @@ impl Engine {
             .and_then(|n| self.adapters.get(n))
             .cloned();
         self.session
-            .decode_dispatches(&self.model, adapter.as_deref())
+            .decode_dispatch_counts(&self.model, adapter.as_deref())
+    }
+
+    /// Dispatches per token of the running (or last) reply's decode steps.
+    pub fn dispatches_per_token(&self) -> Option<usize> {
+        let id = self
+            .running
+            .as_ref()
+            .and_then(|r| r.adapter.as_ref())
+            .map_or(0, |a| a.id);
+        self.session.recorded_dispatches(id)
     }
 
     pub fn new(model: GpuModel, tokenizer: Tokenizer, session: SessionOptions) -> Result<Engine> {

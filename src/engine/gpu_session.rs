@@ -74,6 +74,9 @@ pub struct GpuSession {
     /// Recorded decode steps (one token, candidates out) by adapter id: a step
     /// replays one and creates nothing.
     plans: HashMap<u64, Plan>,
+    /// False: encode every decode step from scratch, as before plans (the bench's
+    /// "before" figure).
+    replay: bool,
 }
 
 impl GpuSession {
@@ -139,7 +142,33 @@ impl GpuSession {
             adapter_id: 0,
             ring_lo: 0,
             plans: HashMap::new(),
+            replay: true,
         })
+    }
+
+    /// Whether decode steps replay their recorded plan (the default) or are encoded
+    /// from scratch each time (for measuring what recording saves).
+    pub fn set_replay(&mut self, on: bool) {
+        self.replay = on;
+    }
+
+    /// Dispatches of a decode step with `adapter`, and how many of them are outside
+    /// the layers (embedding, output head, sampling).
+    pub fn decode_dispatch_counts(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+    ) -> Result<(usize, usize)> {
+        let total = self.decode_plan(m, adapter)?.len();
+        let outside = m
+            .kernels
+            .record(|pass| {
+                matmul::embed(&m.kernels, pass, &self.b.step, &m.embed, &self.b.tokens, &self.b.x, 1, 1.0)?;
+                self.encode_head(m, pass, 1)?;
+                self.topk.encode(&m.kernels, pass, &self.b.step, &self.b.logits)
+            })?
+            .len();
+        Ok((total, outside))
     }
 
     /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step)
@@ -181,6 +210,11 @@ impl GpuSession {
         adapter: Option<&GpuAdapter>,
     ) -> Result<usize> {
         Ok(self.decode_plan(m, adapter)?.len())
+    }
+
+    /// Dispatches of the plan recorded for adapter `id` (0: none), if there is one.
+    pub fn recorded_dispatches(&self, id: u64) -> Option<usize> {
+        self.plans.get(&id).map(Plan::len)
     }
 
     /// Tokens in the KV cache.
@@ -556,7 +590,7 @@ impl GpuSession {
         let mut enc = g.device.create_command_encoder(&Default::default());
         match want {
             // A decode step replays its recorded plan.
-            Some(Want { top_k: Some(_), .. }) if n == 1 => {
+            Some(Want { top_k: Some(_), .. }) if n == 1 && self.replay => {
                 let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
                 let plan = self.decode_plan(m, adapter)?;
                 let mut pass = enc.begin_compute_pass(&Default::default());

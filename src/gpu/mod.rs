@@ -56,6 +56,10 @@ impl Gpu {
     pub async fn new(allow: Caps) -> Result<Gpu> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        Self::with_instance(instance, allow).await
+    }
+
+    async fn with_instance(instance: wgpu::Instance, allow: Caps) -> Result<Gpu> {
         let adapter = instance
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: wgpu::PowerPreference::HighPerformance,
@@ -142,6 +146,23 @@ impl Gpu {
 
     fn count(&self) {
         self.created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// wgpu's no-op backend (natively): every call returns at once and computes
+    /// nothing. It reports a discrete GPU with 32-wide subgroups, so the kernels take
+    /// the shapes a hardware GPU gets; the bench times a decode step's CPU side on it.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn noop() -> Result<Gpu> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::NOOP;
+        desc.backend_options.noop = wgpu::NoopBackendOptions {
+            enable: true,
+            device_type: Some(wgpu::DeviceType::DiscreteGpu),
+            subgroup_min_size: Some(32),
+            subgroup_max_size: Some(32),
+            ..Default::default()
+        };
+        Self::with_instance(wgpu::Instance::new(desc), Caps::all()).await
     }
 
     /// Fails once the device has been lost; what was on it is gone.

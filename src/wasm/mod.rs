@@ -371,6 +371,8 @@ struct Stats {
     weight_bytes: u64,
     kv_cache_bytes: u64,
     context_tokens: usize,
+    /// GPU dispatches a decode step records (the base model's, or the reply's adapter).
+    dispatches_per_token: usize,
 }
 
 impl Stats {
@@ -382,6 +384,7 @@ impl Stats {
             weight_bytes: c.weight_bytes(),
             kv_cache_bytes: c.kv_cache_bytes(),
             context_tokens: c.context_tokens(),
+            dispatches_per_token: c.dispatches_per_token().unwrap_or(0),
         }
     }
 }

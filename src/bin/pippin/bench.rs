@@ -1,13 +1,18 @@
 //! `pippin bench`: per-kernel time, GB/s of weights read and GFLOP/s for the matmul
 //! shapes of a model, against a naive one-thread-per-row GEMV of the same weights in
-//! the same run; then prefill and decode tokens/s of the whole model.
+//! the same run; then the whole model: prefill and decode tokens/s, and figures that
+//! hold on any machine — dispatches per decode step (and per layer), GPU objects a
+//! steady-state step creates, and the CPU time of a step on wgpu's no-op backend, with
+//! its recorded plan and (the "before") encoded from scratch.
 
-use pippin::engine::{Backend, Engine, GpuModel, Want};
+use pippin::engine::{Backend, Engine, GpuModel, SessionOptions, Want};
+use pippin::gpu::Gpu;
 use pippin::kernels::matmul::{self, GpuMatrix, Io};
 use pippin::kernels::Step;
 use pippin::Result;
 use web_time::Instant;
 
+#[derive(serde::Serialize)]
 pub struct KernelRow {
     pub name: String,
     pub rows: usize,
@@ -109,15 +114,12 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
     Ok(rows)
 }
 
-/// Prefill tokens/s over a `prompt`-token prompt and decode tokens/s over `steps`, on
-/// the engine's session (its context must hold prompt + steps + 1).
-pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64)> {
+/// Prefill tokens/s over a `prompt`-token prompt, decode tokens/s over `steps`, and
+/// the GPU objects those decode steps created, on the engine's session (its context
+/// must hold prompt + steps + 1).
+pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64, u64)> {
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
-    let greedy = || Want {
-        top_k: Some(1),
-        penalty: 1.0,
-        penalty_ids: &[],
-    };
+    let gpu_created = e.model().gpu.created.clone();
     let mut s = e.backend()?;
     // Warm-up: compiles every pipeline both paths use.
     pollster::block_on(s.forward(&tokens[..2], greedy()))?;
@@ -126,9 +128,135 @@ pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64)> 
     let t = Instant::now();
     pollster::block_on(s.forward(&tokens, greedy()))?;
     let prefill = prompt as f64 / t.elapsed().as_secs_f64();
+    let before = gpu_created.load(std::sync::atomic::Ordering::Relaxed);
     let t = Instant::now();
     for _ in 0..steps {
         pollster::block_on(s.forward(&[42], greedy()))?;
     }
-    Ok((prefill, steps as f64 / t.elapsed().as_secs_f64()))
+    let secs = t.elapsed().as_secs_f64();
+    let created = gpu_created.load(std::sync::atomic::Ordering::Relaxed) - before;
+    Ok((prefill, steps as f64 / secs, created))
+}
+
+/// The whole model's figures.
+pub struct Figures {
+    pub adapter: String,
+    pub model: String,
+    pub layers: usize,
+    pub dispatches_per_step: usize,
+    pub dispatches_per_layer: f64,
+    pub objects_per_step: f64,
+    pub cpu_us_per_step: f64,
+    pub cpu_us_per_step_unrecorded: f64,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+    pub prompt: usize,
+    pub steps: usize,
+}
+
+fn greedy() -> Want<'static> {
+    Want {
+        top_k: Some(1),
+        penalty: 1.0,
+        penalty_ids: &[],
+    }
+}
+
+/// Runs the model (`model`), counts the GPU objects its steady decode steps create,
+/// and times a step's CPU side on the no-op backend.
+pub fn figures(e: &mut Engine, path: &std::path::Path, prompt: usize, steps: usize) -> Result<Figures> {
+    let (total, outside) = e.decode_dispatches()?;
+    let layers = e.config().n_layers;
+    let (prefill, decode, created) = model(e, prompt, steps)?;
+    let (recorded, unrecorded) = noop_step_us(path)?;
+    Ok(Figures {
+        adapter: e.model().gpu.adapter.name.clone(),
+        model: path.display().to_string(),
+        layers,
+        dispatches_per_step: total,
+        dispatches_per_layer: (total - outside) as f64 / layers as f64,
+        objects_per_step: created as f64 / steps.max(1) as f64,
+        cpu_us_per_step: recorded,
+        cpu_us_per_step_unrecorded: unrecorded,
+        prefill_tokens_per_s: prefill,
+        decode_tokens_per_s: decode,
+        prompt,
+        steps,
+    })
+}
+
+/// µs of CPU per decode step on wgpu's no-op backend (which reports a discrete GPU,
+/// so the kernels take a hardware GPU's shapes): replaying the recorded plan, and
+/// encoding every dispatch from scratch as before plans.
+fn noop_step_us(path: &std::path::Path) -> Result<(f64, f64)> {
+    let gpu = pollster::block_on(Gpu::noop())?;
+    let so = SessionOptions {
+        max_context: 1024,
+        ..Default::default()
+    };
+    let mut e = pollster::block_on(Engine::load_file(gpu, path, so))?;
+    let (model, session) = e.parts()?;
+    let mut time = |replay: bool| -> Result<f64> {
+        session.set_replay(replay);
+        session.clear();
+        let mut b = pippin::engine::GpuBackend::new(model, session);
+        pollster::block_on(b.forward(&[1, 2, 3], greedy()))?;
+        for _ in 0..20 {
+            pollster::block_on(b.forward(&[42], greedy()))?;
+        }
+        let n = 400;
+        let t = Instant::now();
+        for _ in 0..n {
+            pollster::block_on(b.forward(&[42], greedy()))?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / n as f64)
+    };
+    let recorded = time(true)?;
+    let unrecorded = time(false)?;
+    Ok((recorded, unrecorded))
+}
+
+impl Figures {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "adapter": self.adapter,
+            "model": self.model,
+            "layers": self.layers,
+            "decode": {
+                "dispatches_per_step": self.dispatches_per_step,
+                "dispatches_per_layer": self.dispatches_per_layer,
+                "gpu_objects_created_per_step": self.objects_per_step,
+                "cpu_us_per_step": self.cpu_us_per_step,
+                "cpu_us_per_step_unrecorded": self.cpu_us_per_step_unrecorded,
+                "tokens_per_s": self.decode_tokens_per_s,
+                "steps": self.steps,
+            },
+            "prefill": {
+                "tokens_per_s": self.prefill_tokens_per_s,
+                "prompt_tokens": self.prompt,
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "whole model: prefill {:.1} tokens/s ({}-token prompt), decode {:.1} tokens/s ({} steps)",
+            self.prefill_tokens_per_s, self.prompt, self.decode_tokens_per_s, self.steps
+        )?;
+        writeln!(
+            f,
+            "decode step: {} dispatches ({:.1} per layer), {} GPU objects created per step",
+            self.dispatches_per_step, self.dispatches_per_layer, self.objects_per_step
+        )?;
+        write!(
+            f,
+            "CPU per decode step on the no-op backend: {:.0} µs recorded plan, {:.0} µs encoded from scratch ({:.1}×)",
+            self.cpu_us_per_step,
+            self.cpu_us_per_step_unrecorded,
+            self.cpu_us_per_step_unrecorded / self.cpu_us_per_step
+        )
+    }
 }

@@ -48,6 +48,10 @@ enum Cmd {
         steps: usize,
         #[arg(long, default_value = "int8", value_parser = parse_kv)]
         kv: KvFormat,
+        /// One JSON object on stdout (device-independent figures included) instead of
+        /// the tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -145,7 +149,8 @@ fn main() {
             prompt,
             steps,
             kv,
-        } => run_bench(&model, reps, prompt, steps, kv),
+            json,
+        } => run_bench(&model, reps, prompt, steps, kv, json),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -235,6 +240,7 @@ fn run_bench(
     prompt: usize,
     steps: usize,
     kv: KvFormat,
+    json: bool,
 ) -> Result<()> {
     let so = SessionOptions {
         max_context: prompt + steps + 1,
@@ -242,8 +248,15 @@ fn run_bench(
         chunk: 64,
     };
     let mut engine = load_engine(path, None, so)?;
-    let model = engine.model();
-    let a = &model.gpu.adapter;
+    let kernels = bench::kernels(engine.model(), reps, prompt.clamp(2, 64))?;
+    let figures = bench::figures(&mut engine, path, prompt, steps)?;
+    if json {
+        let mut v = figures.to_json();
+        v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
+        println!("{v:#}");
+        return Ok(());
+    }
+    let a = &engine.model().gpu.adapter;
     println!(
         "adapter: {} ({}, {}; software: {}, subgroup size: {})",
         a.name, a.backend, a.driver, a.software, a.subgroup_size
@@ -251,11 +264,11 @@ fn run_bench(
     println!(
         "model: {} ({} MB of weights on the GPU)\n",
         path.display(),
-        model.weight_bytes / 1_000_000
+        engine.model().weight_bytes / 1_000_000
     );
     println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for r in bench::kernels(model, reps, prompt.clamp(2, 64))? {
+    for r in &kernels {
         let (naive, ratio) = match r.naive_ms {
             Some(n) => (format!("{n:.3}"), format!("{:.1}×", n / r.ms)),
             None => ("".into(), "".into()),
@@ -272,8 +285,7 @@ fn run_bench(
             r.gflops()
         );
     }
-    let (pf, dc) = bench::model(&mut engine, prompt, steps)?;
-    println!("\nwhole model, KV {kv:?}: prefill {pf:.1} tokens/s ({prompt}-token prompt), decode {dc:.1} tokens/s ({steps} steps)");
+    println!("\n{figures}");
     Ok(())
 }
 
