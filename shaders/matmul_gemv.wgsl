@@ -1,5 +1,7 @@
 // y = W·x for one token (decode): TPR threads share a row and split its blocks, then
-// reduce in workgroup memory. Weights are dequantized in registers; f32 accumulation.
+// reduce in workgroup memory. x is staged in workgroup memory once per workgroup and
+// read from there by every row (rows wider than 3072 read it from the buffer).
+// Weights are dequantized in registers; f32 accumulation.
 #include "weights.wgsl"
 #include "step.wgsl"
 
@@ -13,7 +15,16 @@ override ACCUMULATE: bool = false; // y += W·x (fuses the residual add)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 
+const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partials
 var<workgroup> partial: array<f32, 256>;
+var<workgroup> xs: array<vec4<f32>, STAGE>;
+
+fn x4(i: u32, staged: bool) -> vec4<f32> {
+    if staged {
+        return xs[i];
+    }
+    return x[i];
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -22,13 +33,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
     let lane = lid % TPR;
     let nb = K / 32u;
+    let staged = K / 4u <= STAGE;
+    if staged {
+        for (var i = lid; i < K / 4u; i += WG) {
+            xs[i] = x[i];
+        }
+        workgroupBarrier();
+    }
     var acc = 0.0;
     if row < N {
         for (var b = lane; b < nb; b += TPR) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
                 let xo = b * 8u + p * 2u;
-                acc += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+                acc += dot(w.a, x4(xo, staged)) + dot(w.b, x4(xo + 1u, staged));
             }
         }
     }

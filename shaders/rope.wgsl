@@ -7,8 +7,7 @@
 #include "step.wgsl"
 @group(0) @binding(1) var<storage, read> table: array<vec2<f32>>; // (cos, sin) [pos][HALF]
 @group(0) @binding(2) var<storage, read_write> qkv: array<f32>;
-@group(0) @binding(3) var<storage, read> q_norm: array<f32>;
-@group(0) @binding(4) var<storage, read> k_norm: array<f32>;
+@group(0) @binding(3) var<storage, read> qk_norm: array<f32>; // q's HD weights, then k's
 
 override HD: u32;         // head dimension, at most 256
 override NH: u32;         // query heads
@@ -43,7 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let scale = inverseSqrt(sums[0] / f32(HD) + EPS);
         for (var i = lid; i < HD; i += 64u) {
-            let w = select(k_norm[i], q_norm[i], h < NH);
+            let w = qk_norm[select(HD + i, i, h < NH)];
             head[i] = head[i] * scale * w;
         }
         workgroupBarrier();

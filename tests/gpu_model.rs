@@ -11,6 +11,7 @@ use pippin::engine::{
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
+use pippin::kernels::{Kernels, Tuning};
 use pippin::model::KvCache;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::argmax;
@@ -54,21 +55,57 @@ use pippin::testing::max_abs_diff as max_diff;
 
 const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France is"
 
-#[test]
-fn f32_kv_teacher_forced_logits_and_greedy_tokens_match_the_cpu() {
+/// Eight greedy steps of `m` (f32 KV; decode steps `fused` or not) against the CPU
+/// reference: logits within 1e-2, the same tokens.
+fn teacher_forced_like_the_cpu(m: &GpuModel, fused: bool) {
     let cpu = reference();
     let mut cache = KvCache::new(&cpu.config);
-    let mut gpu = session(KvFormat::F32, 64);
+    let opts = SessionOptions {
+        max_context: 256,
+        kv: KvFormat::F32,
+        chunk: 64,
+    };
+    let mut gpu = GpuSession::new(m, opts).unwrap();
+    gpu.set_fused(fused);
+    let mut run = |tokens: &[u32]| match pollster::block_on(
+        GpuBackend::new(m, &mut gpu).forward(tokens, Want::logits()),
+    ) {
+        Ok(Logits::Full(l)) => l,
+        other => panic!("full logits were asked for: {:?}", other.err()),
+    };
     let mut want = cpu.forward(&mut cache, &PROMPT, false).unwrap();
-    let mut got = logits(&mut gpu, &PROMPT);
+    let mut got = run(&PROMPT);
     for step in 0..8 {
         let d = max_diff(&got, &want);
         assert!(d < 1e-2, "step {step}: logits differ by {d}");
         let (g, c) = (argmax(&got), argmax(&want));
         assert_eq!(g, c, "step {step}: greedy token");
         want = cpu.forward(&mut cache, &[c as u32], false).unwrap();
-        got = logits(&mut gpu, &[c as u32]);
+        got = run(&[c as u32]);
     }
+}
+
+#[test]
+fn f32_kv_teacher_forced_logits_and_greedy_tokens_match_the_cpu() {
+    teacher_forced_like_the_cpu(model(), true);
+}
+
+/// The bench's "before": a decode step with its kernels apart.
+#[test]
+fn unfused_decode_steps_match_the_cpu_too() {
+    teacher_forced_like_the_cpu(model(), false);
+}
+
+/// The kernels real GPUs get (16 threads per GEMV row, tiled GEMMs), forced on this
+/// software adapter: the same model, the same answers.
+#[test]
+fn gpu_tuned_kernels_forced_here_match_the_cpu() {
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
+    let mut m = pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
+        .unwrap()
+        .0;
+    m.kernels = Kernels::with_tuning(&m.gpu, Tuning::gpu(0));
+    teacher_forced_like_the_cpu(&m, true);
 }
 
 #[test]

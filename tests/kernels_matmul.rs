@@ -5,9 +5,11 @@
 mod common;
 
 use common::gpu::{ctx, ctx_all, max_diff, values, Ctx};
-use pippin::kernels::matmul::{self, GpuMatrix, Io};
+use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
+use pippin::kernels::stacked::Stacked;
 use pippin::kernels::{Kernels, Tuning};
 use pippin::model::reference;
+use pippin::model::Activation;
 use pippin::quant::gpu_layout::{pack, pack_palette, Packed};
 use pippin::quant::palette::palettize;
 use pippin::quant::{dequantize, encode, GgmlType};
@@ -358,5 +360,190 @@ fn naive_gemv_baseline_matches() {
         c.run(|pass| matmul::naive(&c.k, pass, &m, &xb, &yb).unwrap());
         let want = reference::matmul(&x, &deq, cols);
         assert!(max_diff(&c.read(&yb, rows), &want) < 1e-4, "{ty:?}");
+    }
+}
+
+/// y (+)= W·rmsnorm(x) in one dispatch (`norm_matmul_gemv.wgsl`), and with a `glu`
+/// act(gate)·up of a [gate; up] matrix of 2·`rows` rows; rmsnorm(x) written out too.
+#[allow(clippy::too_many_arguments)]
+fn check_norm_gemv(
+    kernels: &Kernels,
+    ty: Kind,
+    rows: usize,
+    cols: usize,
+    glu: Option<Activation>,
+    accumulate: bool,
+    split_bytes: Option<u64>,
+) {
+    let c = ctx();
+    let cols = block_cols(ty, cols);
+    let w_rows = if glu.is_some() { 2 * rows } else { rows };
+    let w = values(w_rows * cols, (rows * 17 + cols) as u64);
+    let (packed, wq) = packed_as(ty, &w, w_rows, cols);
+    let m = match split_bytes {
+        Some(b) => GpuMatrix::from_packed_split(&c.gpu, "w", packed, w_rows, cols, b).unwrap(),
+        None => GpuMatrix::from_packed(&c.gpu, "w", packed, w_rows, cols).unwrap(),
+    };
+    // Inputs of a residual stream's size (norm >> 1) and norm weights around 1.
+    let x: Vec<f32> = values(cols, 21).iter().map(|v| v * 40.0).collect();
+    let g: Vec<f32> = values(cols, 22).iter().map(|v| 1.0 + v * 0.5).collect();
+    let y0 = values(rows, 23);
+    let (xb, gb, yb, nb) = (c.buf(&x), c.buf(&g), c.buf(&y0), c.zeros(cols));
+    let step = c.step(1, 0);
+    let eps = 1e-6;
+    c.run(|pass| {
+        let io = Io {
+            x: &xb,
+            x_stride: cols,
+            y: &yb,
+            y_stride: rows,
+            y_offset: 0,
+            accumulate,
+        };
+        let norm = NormIn {
+            weights: &gb,
+            eps,
+            glu,
+            normed: &nb,
+            write_normed: true,
+        };
+        matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm).unwrap();
+    });
+    let xn = reference::rmsnorm(&x, &g, eps);
+    let dn = max_diff(&c.read(&nb, cols), &xn);
+    assert!(dn < 1e-4, "{ty:?} normed x: {dn}");
+    let full = reference::matmul(&xn, &wq, cols);
+    let mut want = match glu {
+        Some(act) => reference::glu(act, &full[..rows], &full[rows..]),
+        None => full,
+    };
+    if accumulate {
+        want.iter_mut().zip(&y0).for_each(|(a, b)| *a += b);
+    }
+    let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+    let d = max_diff(&c.read(&yb, rows), &want);
+    assert!(
+        d <= 4e-5 * scale * (cols as f32).sqrt(),
+        "{ty:?} {rows}x{cols} glu {glu:?} accumulate {accumulate}: {d}"
+    );
+}
+
+#[test]
+fn norm_folded_into_gemv_every_format() {
+    let c = ctx();
+    let wide = Kernels::with_tuning(
+        &c.gpu,
+        Tuning {
+            gemv_tpr: 16,
+            subgroup_size: 0,
+            rowwise_gemm: false,
+        },
+    );
+    for ty in TYPES {
+        for (i, (rows, cols)) in [(1, 32), (37, 96), (129, 576), (300, 64)]
+            .into_iter()
+            .enumerate()
+        {
+            check_norm_gemv(&c.k, ty, rows, cols, None, i % 2 == 1, None);
+        }
+        check_norm_gemv(&wide, ty, 129, 576, None, false, None);
+        check_norm_gemv(&c.k, ty, 45, 64, None, false, Some(10 * 64));
+    }
+}
+
+/// Rows wider than the 3,072 values the GEMVs stage in workgroup memory read x from
+/// the buffer instead.
+#[test]
+fn gemvs_over_rows_wider_than_the_stage() {
+    let c = ctx();
+    for ty in [Ggml(GgmlType::Q4_1), Ggml(GgmlType::Q4K), Palette(4, 16)] {
+        check(ty, 40, 4096, 1, None, true);
+        check_norm_gemv(&c.k, ty, 40, 4096, None, false, None);
+        check_norm_gemv(&c.k, ty, 9, 3104, Some(Activation::Silu), false, None);
+    }
+}
+
+#[test]
+fn norm_gemv_with_the_gated_epilogue() {
+    let c = ctx();
+    let wide = Kernels::with_tuning(
+        &c.gpu,
+        Tuning {
+            gemv_tpr: 16,
+            subgroup_size: 0,
+            rowwise_gemm: false,
+        },
+    );
+    for ty in TYPES {
+        for act in [Activation::Silu, Activation::GeluTanh] {
+            check_norm_gemv(&c.k, ty, 7, 96, Some(act), false, None);
+            check_norm_gemv(&wide, ty, 130, 64, Some(act), false, None);
+        }
+    }
+}
+
+/// Q, K and V (or gate and up) stacked into one matrix at load: one GEMV and one GEMM
+/// give what the three give apart; mismatched formats and rows that end inside a word
+/// of scales or a table stay apart.
+#[test]
+fn stacked_matrices_equal_their_parts() {
+    let c = ctx();
+    for ty in TYPES {
+        // Rows of 3 blocks (K-quants: 1 super-block); [80, 80, 48] ends every matrix
+        // on a word of scales and a table; 33 rows of 3 blocks end mid-word of half
+        // scales and mid-table.
+        let cols = block_cols(ty, 96);
+        let half = matches!(
+            ty,
+            Ggml(GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Iq4Nl)
+        );
+        let table = matches!(ty, Palette(_, lut) if lut > 1);
+        for (rows, expect_one) in [([80, 80, 48], true), ([64, 33, 32], !(half || table))] {
+            check_stacked(c, ty, cols, rows, expect_one);
+        }
+    }
+    // Different formats stay apart.
+    let w = values(32 * 64, 1);
+    let a = GpuMatrix::upload(&c.gpu, "a", GgmlType::F32, &encode::f32s(&w), 32, 64).unwrap();
+    let b = GpuMatrix::upload(&c.gpu, "b", GgmlType::Q8_0, &encode::q8_0(&w), 32, 64).unwrap();
+    assert!(matches!(
+        Stacked::stack(&c.gpu, "mixed", vec![a, b]).unwrap(),
+        Stacked::Apart(_)
+    ));
+}
+
+fn check_stacked(c: &Ctx, ty: Kind, cols: usize, rows: [usize; 3], expect_one: bool) {
+    let mut mats = vec![];
+    let mut wq = vec![];
+    for (i, &r) in rows.iter().enumerate() {
+        let w = values(r * cols, 40 + i as u64);
+        let (packed, deq) = packed_as(ty, &w, r, cols);
+        mats.push(GpuMatrix::from_packed(&c.gpu, "w", packed, r, cols).unwrap());
+        wq.extend(deq);
+    }
+    let s = Stacked::stack(&c.gpu, "stacked", mats).unwrap();
+    assert_eq!(matches!(s, Stacked::One(_)), expect_one, "{ty:?} {rows:?}");
+    let total: usize = rows.iter().sum();
+    for t in [1, 5] {
+        let x = values(t * cols, 41);
+        let (xb, yb) = (c.buf(&x), c.zeros(t * total));
+        let step = c.step(t, 0);
+        c.run(|pass| {
+            for (m, off) in s.mats() {
+                let io = Io {
+                    x: &xb,
+                    x_stride: cols,
+                    y: &yb,
+                    y_stride: total,
+                    y_offset: off,
+                    accumulate: false,
+                };
+                matmul::matmul(&c.k, pass, &step, m, &io, t).unwrap();
+            }
+        });
+        let want = reference::matmul(&x, &wq, cols);
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let d = max_diff(&c.read(&yb, t * total), &want);
+        assert!(d <= 2e-5 * scale * 16.0, "{ty:?} {rows:?} t {t}: {d}");
     }
 }

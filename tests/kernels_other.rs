@@ -93,9 +93,9 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
         let (qn, kn) = (values(cfg.head_dim, 12), values(cfg.head_dim, 13));
         let freqs = cfg.rope_freqs(None, 0);
         let table = c.buf(&elementwise::rope_table(&cfg, &freqs, pos0 + t));
-        let (qb, qnb, knb) = (c.buf(&qkv), c.buf(&qn), c.buf(&kn));
+        let (qb, qknb) = (c.buf(&qkv), c.buf(&[qn.clone(), kn.clone()].concat()));
         let step = c.step(t, pos0);
-        let norms = qk_norm.then_some((&qnb, &knb));
+        let norms = qk_norm.then_some(&qknb);
         c.run(|p| elementwise::rope(&c.k, p, &step, &cfg, &table, &qb, norms, t).unwrap());
         let got = c.read(&qb, t * stride);
         // CPU: per token, norm then rotate the q heads and the k heads; v untouched.
@@ -303,6 +303,129 @@ fn sliding_window_attention_over_a_ring_cache() {
                 }
             }
         }
+    }
+}
+
+/// One-pass decode attention (`attention_decode_fused.wgsl`): the new token's row is
+/// raw; the kernel norms (QK-norm) and rotates its q and k, writes k and v into the
+/// cache and attends. The CPU does the same with the reference functions; the prefix
+/// is written rotated by `kv_write`, in chunks of 64 as the engine does. Returns
+/// (gpu, cpu on the round-tripped cache).
+fn fused_decode_case(
+    cfg: &Config,
+    format: KvFormat,
+    kv_len: usize,
+    window: usize,
+    qk_norm: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let c = ctx();
+    let (qd, kd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+    let stride = qd + 2 * kd;
+    let raw = values(kv_len * stride, (kv_len * 13 + hd) as u64);
+    let (qn, kn) = (values(hd, 5), values(hd, 6));
+    let freqs = cfg.rope_freqs(None, 0);
+    // Every row normalized and rotated, as the reference model computes them.
+    let mut rows = raw.clone();
+    for (pos, row) in rows.chunks_mut(stride).enumerate() {
+        for (part, w) in [(0..qd, &qn), (qd..qd + kd, &kn)] {
+            let mut v = row[part.clone()].to_vec();
+            if qk_norm {
+                v = reference::rmsnorm(&v, w, cfg.rms_eps);
+            }
+            let len = v.len();
+            reference::rope(&mut v, len, hd, cfg.rope_style, &freqs, pos);
+            row[part].copy_from_slice(&v);
+        }
+    }
+    let cache =
+        attention::LayerCache::with_window(&c.gpu, cfg, format, kv_len, window, 64).unwrap();
+    let prefix = kv_len - 1;
+    for pos0 in (0..prefix).step_by(64) {
+        let n = (prefix - pos0).min(64);
+        let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
+        let step = c.step(n, pos0);
+        c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &b, &cache, n).unwrap());
+    }
+    let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
+    let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
+    let out = c.zeros(qd);
+    let step = c.step(1, prefix);
+    c.run(|p| {
+        let qk = qk_norm.then_some(&norms);
+        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, &table, qk, &out)
+            .unwrap()
+    });
+    let got = c.read(&out, qd);
+    let (mut k, mut v) = (vec![], vec![]);
+    for row in rows.chunks(stride) {
+        for (dst, part) in [(&mut k, &row[qd..qd + kd]), (&mut v, &row[qd + kd..])] {
+            dst.extend(part.chunks(hd).flat_map(|h| round_trip(format, h)));
+        }
+    }
+    let s = AttnShape {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: hd,
+        scale: cfg.attn_scale,
+        window: if window > 0 { window } else { usize::MAX },
+    };
+    let q = &rows[prefix * stride..][..qd];
+    (got, reference::attention(q, &k, &v, kv_len, s))
+}
+
+#[test]
+fn one_pass_decode_attention_shapes_and_lengths() {
+    let partial = config(8, 1, 32, RopeStyle::HalfSplit, 16);
+    for (cfg, qk_norm) in [
+        (config(9, 3, 64, RopeStyle::Adjacent, 64), false),
+        (partial, true),
+        (config(16, 1, 64, RopeStyle::Adjacent, 64), false),
+        (config(2, 2, 128, RopeStyle::HalfSplit, 128), true),
+        (config(3, 1, 96, RopeStyle::Adjacent, 64), false),
+    ] {
+        for kv_len in [1, 2, 63, 64, 65, 130] {
+            let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm);
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "{cfg:?} kv_len {kv_len} qk_norm {qk_norm}: {d}");
+        }
+    }
+}
+
+#[test]
+fn one_pass_decode_attention_up_to_its_limit() {
+    let cfg = config(4, 2, 64, RopeStyle::Adjacent, 64);
+    for kv_len in [2047, attention::ONE_PASS_MAX] {
+        assert!(attention::one_pass(kv_len));
+        let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, false);
+        let d = max_diff(&got, &want);
+        assert!(d < 1e-4, "kv_len {kv_len}: {d}");
+    }
+    assert!(!attention::one_pass(attention::ONE_PASS_MAX + 1));
+}
+
+/// Gemma 3's shape (4 heads of 256 over one KV head, QK-norm) with sliding windows
+/// over a wrapped ring, and every KV format (the new token quantized by the kernel).
+#[test]
+fn one_pass_decode_attention_gemma_windows_and_kv_formats() {
+    let mut gemma = config(4, 1, 256, RopeStyle::HalfSplit, 256);
+    gemma.attn_scale = 0.0625;
+    for (window, kv_len) in [(0, 70), (7, 5), (7, 300), (100, 301), (64, 129)] {
+        for (format, tol) in [
+            (KvFormat::F32, 1e-4),
+            (KvFormat::F16, 2e-3),
+            (KvFormat::Int8, 2e-3),
+            (KvFormat::Int4, 2e-2),
+        ] {
+            let (got, want) = fused_decode_case(&gemma, format, kv_len, window, true);
+            let d = max_diff(&got, &want);
+            assert!(d < tol, "window {window} kv_len {kv_len} {format:?}: {d}");
+        }
+    }
+    let cfg = config(9, 3, 64, RopeStyle::Adjacent, 64);
+    for format in [KvFormat::F16, KvFormat::Int8, KvFormat::Int4] {
+        let (got, want) = fused_decode_case(&cfg, format, 100, 0, false);
+        let d = max_diff(&got, &want);
+        assert!(d < 2e-2, "{format:?}: {d}");
     }
 }
 

@@ -237,3 +237,57 @@ fn sliding_window_ring_cache_gives_the_full_cache_logits() {
         );
     }
 }
+
+/// Decode steps replay a recorded plan of each kind: one-pass attention up to
+/// `attention::ONE_PASS_MAX` positions, split + reduce past it. A tiny model decodes
+/// across the limit; every replayed step's candidates carry the CPU reference's logits.
+#[test]
+fn decode_plans_on_both_sides_of_the_one_pass_limit() {
+    use pippin::gguf::Value;
+    use pippin::kernels::attention::{one_pass, ONE_PASS_MAX};
+    let dir = common::root().join("target/test-synthetic");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny-llama-4k.gguf");
+    let mut spec = synthetic::Spec::llama();
+    spec.extra = vec![("llama.context_length".into(), Value::U32(4096))];
+    spec.write(&path).unwrap();
+    let m = gpu_model(&path);
+    let (_, r) = load_reference(&path).unwrap();
+    let (first, end) = (ONE_PASS_MAX - 2, ONE_PASS_MAX + 3);
+    assert!(one_pass(first + 1) && !one_pass(end));
+    let tokens: Vec<u32> = (0..end)
+        .map(|i| (i * 29 + 5) as u32 % synthetic::VOCAB as u32)
+        .collect();
+    let at: Vec<usize> = (first..end).collect();
+    let cpu = r
+        .forward_at(&mut KvCache::new(&r.config), &tokens, &at)
+        .unwrap();
+    let opts = SessionOptions {
+        max_context: 4096,
+        kv: KvFormat::F32,
+        chunk: 64,
+    };
+    let mut s = GpuSession::new(&m, opts).unwrap();
+    let mut b = GpuBackend::new(&m, &mut s);
+    let want = || Want {
+        top_k: Some(8),
+        penalty: 1.0,
+        penalty_ids: &[],
+    };
+    pollster::block_on(b.forward(&tokens[..first], want())).unwrap();
+    for (p, want_logits) in (first..end).zip(&cpu) {
+        let got = pollster::block_on(b.forward(&tokens[p..p + 1], want())).unwrap();
+        let Logits::Top(top) = got else {
+            panic!("candidates were asked for")
+        };
+        assert_eq!(top.len(), 8);
+        for (id, l) in top {
+            let d = (want_logits[id as usize] - l).abs();
+            assert!(
+                d < 1e-3,
+                "position {p}, token {id}: {l} vs {}",
+                want_logits[id as usize]
+            );
+        }
+    }
+}

@@ -5,8 +5,8 @@
 
 use pippin::gpu::{Caps, Gpu};
 use pippin::kernels::attention::{self, LayerCache};
-use pippin::kernels::matmul::{self, GpuMatrix, Io};
-use pippin::kernels::{elementwise, sample, Kernels, Step};
+use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
+use pippin::kernels::{elementwise, sample, Kernels, Step, Tuning};
 use pippin::model::reference::{self, AttnShape};
 use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::gpu_layout::pack_palette;
@@ -28,13 +28,17 @@ use pippin::testing::max_abs_diff as max_diff;
 
 struct Ctx {
     gpu: Gpu,
+    /// The kernels this adapter picks (the software set on SwiftShader).
     k: Kernels,
+    /// The kernels real GPUs get, forced here.
+    gpu_k: Kernels,
 }
 
 async fn ctx() -> Ctx {
     let gpu = Gpu::new(Caps::default()).await.expect("WebGPU adapter");
     let k = Kernels::new(&gpu);
-    Ctx { gpu, k }
+    let gpu_k = Kernels::with_tuning(&gpu, Tuning::gpu(0));
+    Ctx { gpu, k, gpu_k }
 }
 
 impl Ctx {
@@ -58,30 +62,36 @@ impl Ctx {
     }
 }
 
-/// y = W·x on the GPU against the CPU on `deq` (W as the CPU reference sees it).
+/// y = W·x on the GPU against the CPU on `deq` (W as the CPU reference sees it), with
+/// the adapter's kernels and with the real-GPU set.
 async fn check_matmul(c: &Ctx, m: &GpuMatrix, deq: &[f32], t: usize, what: &str) {
     let (rows, cols) = (m.rows, m.cols);
     let x = values(t * cols, 4);
-    let (xb, yb) = (
-        c.buf(&x),
-        c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
-    );
-    let step = c.step(t, 0);
-    c.run(|p| {
-        let io = Io {
-            x: &xb,
-            x_stride: cols,
-            y: &yb,
-            y_stride: rows,
-            y_offset: 0,
-            accumulate: false,
-        };
-        matmul::matmul(&c.k, p, &step, m, &io, t).unwrap()
-    });
     let want = reference::matmul(&x, deq, cols);
     let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
-    let d = max_diff(&c.read(&yb, t * rows).await, &want);
-    assert!(d < 5e-5 * scale, "{what} {rows}x{cols} t={t}: {d}");
+    for (kernels, set) in [(&c.k, "adapter's"), (&c.gpu_k, "GPU")] {
+        let (xb, yb) = (
+            c.buf(&x),
+            c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
+        );
+        let step = c.step(t, 0);
+        c.run(|p| {
+            let io = Io {
+                x: &xb,
+                x_stride: cols,
+                y: &yb,
+                y_stride: rows,
+                y_offset: 0,
+                accumulate: false,
+            };
+            matmul::matmul(kernels, p, &step, m, &io, t).unwrap()
+        });
+        let d = max_diff(&c.read(&yb, t * rows).await, &want);
+        assert!(
+            d < 5e-5 * scale,
+            "{what} {rows}x{cols} t={t} ({set} kernels): {d}"
+        );
+    }
 }
 
 const SHAPES: [(usize, usize, usize); 3] = [(37, 96, 1), (70, 64, 5), (129, 160, 17)];
@@ -325,4 +335,165 @@ async fn topk_selects_the_largest() {
     want.sort_by(|a, b| b.1.total_cmp(&a.1));
     want.truncate(8);
     assert_eq!(got, want);
+}
+
+/// RMSNorm folded into the GEMV, with and without the gated epilogue ([gate; up]
+/// rows), rows staged and (wider than the stage) not.
+#[wasm_bindgen_test]
+async fn norm_folded_into_gemv_and_glu() {
+    let c = ctx().await;
+    for (ty, rows, cols, glu) in [
+        (GgmlType::Q4_1, 37, 576, None),
+        (GgmlType::Q8_0, 70, 4096, None),
+        (GgmlType::Q4K, 9, 256, Some(Activation::Silu)),
+        (GgmlType::Q6K, 33, 512, Some(Activation::GeluTanh)),
+        (GgmlType::Q5_0, 64, 96, Some(Activation::Silu)),
+    ] {
+        let w_rows = if glu.is_some() { 2 * rows } else { rows };
+        let bytes = encode::random_blocks(ty, w_rows * cols, (rows * cols) as u64);
+        let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, w_rows, cols).unwrap();
+        let deq = dequantize(ty, &bytes, w_rows * cols).unwrap();
+        let x: Vec<f32> = values(cols, 8).iter().map(|v| v * 30.0).collect();
+        let g: Vec<f32> = values(cols, 9).iter().map(|v| 1.0 + v * 0.5).collect();
+        let (xb, gb) = (c.buf(&x), c.buf(&g));
+        let yb = c.gpu.storage("y", (rows * 4) as u64).unwrap();
+        let nb = c.gpu.storage("normed", (cols * 4) as u64).unwrap();
+        let step = c.step(1, 0);
+        c.run(|p| {
+            let io = Io {
+                x: &xb,
+                x_stride: cols,
+                y: &yb,
+                y_stride: rows,
+                y_offset: 0,
+                accumulate: false,
+            };
+            let norm = NormIn {
+                weights: &gb,
+                eps: 1e-6,
+                glu,
+                normed: &nb,
+                write_normed: true,
+            };
+            // The real-GPU set (16 threads a row) on every other case.
+            let k = if rows % 2 == 0 { &c.gpu_k } else { &c.k };
+            matmul::norm_gemv(k, p, &step, &m, &io, &norm).unwrap()
+        });
+        let xn = reference::rmsnorm(&x, &g, 1e-6);
+        assert!(
+            max_diff(&c.read(&nb, cols).await, &xn) < 1e-4,
+            "{ty} normed"
+        );
+        let full = reference::matmul(&xn, &deq, cols);
+        let want = match glu {
+            Some(act) => reference::glu(act, &full[..rows], &full[rows..]),
+            None => full,
+        };
+        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let d = max_diff(&c.read(&yb, rows).await, &want);
+        assert!(d < 1e-4 * scale, "{ty} {rows}x{cols} {glu:?}: {d}");
+    }
+}
+
+/// One-pass decode attention: the raw row's QK-norm and RoPE, its quantized K and V
+/// written, attention over the cache (SmolLM2's and Gemma 3's shapes, a window).
+#[wasm_bindgen_test]
+async fn one_pass_decode_attention() {
+    let c = ctx().await;
+    let smollm2 = Config {
+        arch: Arch::Llama,
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        hidden: 576,
+        rope_dim: 64,
+        rope_style: RopeStyle::Adjacent,
+        context_length: 512,
+        attn_scale: 0.125,
+        ..Config::default()
+    };
+    let gemma = Config {
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 256,
+        hidden: 640,
+        rope_dim: 256,
+        rope_style: RopeStyle::HalfSplit,
+        attn_scale: 0.0625,
+        ..smollm2.clone()
+    };
+    for (cfg, window, qk_norm, kv_len) in [
+        (&smollm2, 0, false, 1),
+        (&smollm2, 0, false, 130),
+        (&gemma, 0, true, 65),
+        (&gemma, 20, true, 100),
+    ] {
+        for format in [KvFormat::F32, KvFormat::Int8] {
+            fused_case(&c, cfg, format, window, qk_norm, kv_len).await;
+        }
+    }
+}
+
+async fn fused_case(
+    c: &Ctx,
+    cfg: &Config,
+    format: KvFormat,
+    window: usize,
+    qk_norm: bool,
+    kv_len: usize,
+) {
+    let (qd, kd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+    let stride = qd + 2 * kd;
+    let raw = values(kv_len * stride, kv_len as u64 + 3);
+    let (qn, kn) = (values(hd, 5), values(hd, 6));
+    let freqs = cfg.rope_freqs(None, 0);
+    let mut rows = raw.clone();
+    for (pos, row) in rows.chunks_mut(stride).enumerate() {
+        for (part, w) in [(0..qd, &qn), (qd..qd + kd, &kn)] {
+            let mut v = row[part.clone()].to_vec();
+            if qk_norm {
+                v = reference::rmsnorm(&v, w, cfg.rms_eps);
+            }
+            let len = v.len();
+            reference::rope(&mut v, len, hd, cfg.rope_style, &freqs, pos);
+            row[part].copy_from_slice(&v);
+        }
+    }
+    let cache = LayerCache::with_window(&c.gpu, cfg, format, kv_len, window, 16).unwrap();
+    let prefix = kv_len - 1;
+    for p0 in (0..prefix).step_by(16) {
+        let n = (prefix - p0).min(16);
+        let b = c.buf(&rows[p0 * stride..(p0 + n) * stride]);
+        let step = c.step(n, p0);
+        c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &b, &cache, n).unwrap());
+    }
+    let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
+    let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
+    let out = c.gpu.storage("out", (qd * 4) as u64).unwrap();
+    let step = c.step(1, prefix);
+    c.run(|p| {
+        let qk = qk_norm.then_some(&norms);
+        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, &table, qk, &out)
+            .unwrap()
+    });
+    let (mut k, mut v) = (vec![], vec![]);
+    for row in rows.chunks(stride) {
+        for (dst, part) in [(&mut k, &row[qd..qd + kd]), (&mut v, &row[qd + kd..])] {
+            dst.extend(part.chunks(hd).flat_map(|h| round_trip(format, h)));
+        }
+    }
+    let s = AttnShape {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: hd,
+        scale: cfg.attn_scale,
+        window: if window > 0 { window } else { usize::MAX },
+    };
+    let want = reference::attention(&rows[prefix * stride..][..qd], &k, &v, kv_len, s);
+    let d = max_diff(&c.read(&out, qd).await, &want);
+    let tol = if format == KvFormat::F32 { 1e-4 } else { 2e-3 };
+    assert!(
+        d < tol,
+        "head dim {hd} window {window} kv_len {kv_len} {format:?}: {d}"
+    );
 }

@@ -7,6 +7,7 @@ use crate::gguf::{
 };
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
+use crate::kernels::stacked::Stacked;
 use crate::kernels::{attention, Kernels};
 use crate::model::weights::{global_specs, layer_specs, locate, Stored, TensorSpec};
 use crate::model::Config;
@@ -15,15 +16,15 @@ use std::collections::HashMap;
 
 pub struct GpuLayer {
     pub attn_norm: wgpu::Buffer,
-    pub wq: GpuMatrix,
-    pub wk: GpuMatrix,
-    pub wv: GpuMatrix,
+    /// [Q; K; V]: one matrix whose output is a qkv row, when their formats allow.
+    pub qkv: Stacked,
     pub wo: GpuMatrix,
     pub ffn_norm: wgpu::Buffer,
-    pub gate: GpuMatrix,
-    pub up: GpuMatrix,
+    /// [gate; up]: one matrix whose output is a [gate | up] row, when formats allow.
+    pub gate_up: Stacked,
     pub down: GpuMatrix,
-    pub qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// The QK-norm's weights: q's head_dim, then k's.
+    pub qk_norm: Option<wgpu::Buffer>,
     /// Gemma's norms of the attention and MLP outputs (before the residual adds).
     pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
 }
@@ -238,7 +239,7 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             let mut m = |s: &str| matrix(take(&format!("blk.{i}.{s}.weight"))?);
-            let (wq, wk, wv, wo, gate, up_, down) = (
+            let (wq, wk, wv, wo, gate, up, down) = (
                 m("attn_q")?,
                 m("attn_k")?,
                 m("attn_v")?,
@@ -247,12 +248,14 @@ impl GpuModel {
                 m("ffn_up")?,
                 m("ffn_down")?,
             );
-            let mut v = |s: &str| Ok::<_, Error>(vector(take(&format!("blk.{i}.{s}.weight"))?)?.0);
+            let mut vec = |s: &str| vector(take(&format!("blk.{i}.{s}.weight"))?);
             let qk_norm = if config.qk_norm {
-                Some((v("attn_q_norm")?, v("attn_k_norm")?))
+                let (q, k) = (vec("attn_q_norm")?.1, vec("attn_k_norm")?.1);
+                Some(gpu.upload_f32("QK-norm", &[q, k].concat())?)
             } else {
                 None
             };
+            let mut v = |s: &str| Ok::<_, Error>(vec(s)?.0);
             let post_norms = if config.post_norms {
                 Some((v("post_attention_norm")?, v("post_ffw_norm")?))
             } else {
@@ -260,25 +263,24 @@ impl GpuModel {
             };
             layers.push(GpuLayer {
                 attn_norm: v("attn_norm")?,
-                wq,
-                wk,
-                wv,
+                qkv: Stacked::stack(&gpu, &format!("blk.{i}.qkv"), vec![wq, wk, wv])?,
                 wo,
                 ffn_norm: v("ffn_norm")?,
-                gate,
-                up: up_,
+                gate_up: Stacked::stack(&gpu, &format!("blk.{i}.gate_up"), vec![gate, up])?,
                 down,
                 qk_norm,
                 post_norms,
             });
         }
-        let mats = layers
+        let weight_bytes = layers
             .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]);
-        let weight_bytes = mats
-            .chain([&embed])
-            .chain(head.as_ref())
-            .map(GpuMatrix::bytes)
+            .map(|l| l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes())
+            .chain(
+                [&embed]
+                    .into_iter()
+                    .chain(head.as_ref())
+                    .map(GpuMatrix::bytes),
+            )
             .sum();
         let kernels = Kernels::new(&gpu);
         Ok(GpuModel {

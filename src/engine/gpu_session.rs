@@ -2,19 +2,20 @@
 //! command buffer per decode step; prefill in chunks; only the sampled candidates
 //! (or, for tests, the logits) are read back.
 
-use super::gpu_adapter::{GpuAdapter, GpuLora};
+use super::gpu_adapter::GpuAdapter;
 use super::gpu_model::GpuModel;
 use super::{Backend, Logits, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache, CHUNK};
 use crate::kernels::elementwise::{self, NormOut};
-use crate::kernels::matmul::{self, GpuMatrix, Io};
+use crate::kernels::matmul::{self, Io};
 use crate::kernels::sample::{self, TopK};
 use crate::kernels::{Plan, Step};
-use crate::model::Proj;
 use crate::quant::kv::KvFormat;
 use std::collections::HashMap;
+
+mod forward;
 
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -71,12 +72,16 @@ pub struct GpuSession {
     adapter_id: u64,
     /// The first position the ring caches of sliding-window layers still hold.
     ring_lo: usize,
-    /// Recorded decode steps (one token, candidates out) by adapter id: a step
-    /// replays one and creates nothing.
-    plans: HashMap<u64, Plan>,
+    /// Recorded decode steps (one token, candidates out) by adapter id and whether
+    /// attention is split (contexts past `attention::ONE_PASS_MAX`): a step replays
+    /// one and creates nothing.
+    plans: HashMap<(u64, bool), Plan>,
     /// False: encode every decode step from scratch, as before plans (the bench's
     /// "before" figure).
     replay: bool,
+    /// False: a decode step runs the chunk path's kernels (norms, RoPE, the cache
+    /// write and the attention reduce apart), for measuring what fusion saves.
+    fused: bool,
 }
 
 impl GpuSession {
@@ -143,6 +148,7 @@ impl GpuSession {
             ring_lo: 0,
             plans: HashMap::new(),
             replay: true,
+            fused: true,
         })
     }
 
@@ -152,6 +158,14 @@ impl GpuSession {
         self.replay = on;
     }
 
+    /// Whether a decode step runs the fused kernels (the default: norms folded into
+    /// the GEMVs, the GLU in the gate|up epilogue, one-pass attention) or the chunk
+    /// path's separate ones (the bench's "unfused" figures). Recorded plans are dropped.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on;
+        self.plans.clear();
+    }
+
     /// Dispatches of a decode step with `adapter`, and how many of them are outside
     /// the layers (embedding, output head, sampling).
     pub fn decode_dispatch_counts(
@@ -159,13 +173,23 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
     ) -> Result<(usize, usize)> {
-        let total = self.decode_plan(m, adapter)?.len();
+        let total = self.decode_plan(m, adapter, 0)?.len();
         let outside = m
             .kernels
             .record(|pass| {
-                matmul::embed(&m.kernels, pass, &self.b.step, &m.embed, &self.b.tokens, &self.b.x, 1, 1.0)?;
+                matmul::embed(
+                    &m.kernels,
+                    pass,
+                    &self.b.step,
+                    &m.embed,
+                    &self.b.tokens,
+                    &self.b.x,
+                    1,
+                    1.0,
+                )?;
                 self.encode_head(m, pass, 1)?;
-                self.topk.encode(&m.kernels, pass, &self.b.step, &self.b.logits)
+                self.topk
+                    .encode(&m.kernels, pass, &self.b.step, &self.b.logits)
             })?
             .len();
         Ok((total, outside))
@@ -180,18 +204,30 @@ impl GpuSession {
             self.encode_layers(m, None, pass, n, 0)?;
             self.encode_head(m, pass, n)
         })?;
-        self.decode_plan(m, None)?;
+        self.decode_plan(m, None, 0)?;
+        if self.opts.max_context > attention::ONE_PASS_MAX {
+            self.decode_plan(m, None, attention::ONE_PASS_MAX)?;
+        }
         m.gpu.take_error()
     }
 
-    /// The recorded decode step with `adapter`, recorded on first use. Plans of other
-    /// adapters than this one and none are dropped (their bind groups hold buffers).
-    fn decode_plan(&mut self, m: &GpuModel, adapter: Option<&GpuAdapter>) -> Result<&Plan> {
-        let id = adapter.map_or(0, |a| a.id);
+    /// The recorded step decoding position `pos` with `adapter`, recorded on first
+    /// use. Plans of other adapters than this one and none are dropped (their bind
+    /// groups hold buffers).
+    fn decode_plan(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        pos: usize,
+    ) -> Result<&Plan> {
+        let split = !attention::one_pass(pos + 1);
+        let id = (adapter.map_or(0, |a| a.id), split);
         if !self.plans.contains_key(&id) {
-            self.plans.retain(|&k, _| k == 0);
+            self.plans.retain(|k, _| k.0 == 0);
+            // Any position of the same kind records the same dispatches.
+            let at = if split { attention::ONE_PASS_MAX } else { 0 };
             let plan = m.kernels.record(|pass| {
-                self.encode_layers(m, adapter, pass, 1, 0)?;
+                self.encode_layers(m, adapter, pass, 1, at)?;
                 self.encode_head(m, pass, 1)?;
                 self.topk
                     .encode(&m.kernels, pass, &self.b.step, &self.b.logits)
@@ -209,12 +245,13 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
     ) -> Result<usize> {
-        Ok(self.decode_plan(m, adapter)?.len())
+        Ok(self.decode_plan(m, adapter, 0)?.len())
     }
 
-    /// Dispatches of the plan recorded for adapter `id` (0: none), if there is one.
+    /// Dispatches of the short-context plan recorded for adapter `id` (0: none), if
+    /// there is one.
     pub fn recorded_dispatches(&self, id: u64) -> Option<usize> {
-        self.plans.get(&id).map(Plan::len)
+        self.plans.get(&(id, false)).map(Plan::len)
     }
 
     /// Tokens in the KV cache.
@@ -269,183 +306,6 @@ impl GpuSession {
 
     pub fn kv_bytes(&self) -> u64 {
         self.cache.iter().map(LayerCache::bytes).sum()
-    }
-
-    /// y (+)= W·x, then the LoRA update y += B·(A·x) when there is one.
-    fn project(
-        &self,
-        m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
-        w: &GpuMatrix,
-        lora: Option<&GpuLora>,
-        io: &Io,
-        n: usize,
-    ) -> Result<()> {
-        let (k, step) = (&m.kernels, &self.b.step);
-        matmul::matmul(k, pass, step, w, io, n)?;
-        if let Some(l) = lora {
-            let t = &self.b.lora_t;
-            let a_io = Io {
-                x: io.x,
-                x_stride: io.x_stride,
-                y: t,
-                y_stride: l.rank,
-                y_offset: 0,
-                accumulate: false,
-            };
-            matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
-            let b_io = Io {
-                x: t,
-                x_stride: l.rank,
-                accumulate: true,
-                ..*io
-            };
-            matmul::matmul(k, pass, step, &l.b, &b_io, n)?;
-        }
-        Ok(())
-    }
-
-    /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`).
-    fn encode_layers(
-        &self,
-        m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
-        pass: &mut wgpu::ComputePass,
-        n: usize,
-        pos0: usize,
-    ) -> Result<()> {
-        let (c, b, k) = (&m.config, &self.b, &m.kernels);
-        let (qd, kd, f, h) = (c.q_dim(), c.kv_dim(), c.ffn_dim, c.hidden);
-        let qkv_stride = qd + 2 * kd;
-        let (kv, step) = (self.opts.kv, &b.step);
-        let norm = |pass: &mut wgpu::ComputePass, w, x, y, accumulate| {
-            let out = NormOut {
-                last_only: false,
-                accumulate,
-            };
-            elementwise::rmsnorm(k, pass, step, w, x, y, h, c.rms_eps, n, out)
-        };
-        matmul::embed(k, pass, step, &m.embed, &b.tokens, &b.x, n, c.embed_scale)?;
-        for (l, w) in m.layers.iter().enumerate() {
-            let lora = |p: Proj| {
-                adapter
-                    .and_then(|a| a.layers.get(l))
-                    .and_then(|ls| ls[p].as_ref())
-            };
-            // A layer's outputs are added to x, or (with Gemma's post norms) written
-            // to h, normalized and then added.
-            let residual = |accumulate_to_x: bool| match w.post_norms {
-                Some(_) => (&b.h, false),
-                None => (&b.x, accumulate_to_x),
-            };
-            norm(pass, &w.attn_norm, &b.x, &b.h, false)?;
-            for (p, mat, off) in [
-                (Proj::Q, &w.wq, 0),
-                (Proj::K, &w.wk, qd),
-                (Proj::V, &w.wv, qd + kd),
-            ] {
-                let io = Io {
-                    x: &b.h,
-                    x_stride: h,
-                    y: &b.qkv,
-                    y_stride: qkv_stride,
-                    y_offset: off,
-                    accumulate: false,
-                };
-                self.project(m, pass, mat, lora(p), &io, n)?;
-            }
-            let norms = w.qk_norm.as_ref().map(|(q, kk)| (q, kk));
-            let table = &b.rope[c.is_sliding(l) as usize];
-            elementwise::rope(k, pass, step, c, table, &b.qkv, norms, n)?;
-            attention::kv_write(k, pass, step, c, kv, &b.qkv, &self.cache[l], n)?;
-            if n == 1 {
-                attention::decode(
-                    k,
-                    pass,
-                    step,
-                    c,
-                    kv,
-                    &b.qkv,
-                    &self.cache[l],
-                    &b.part,
-                    &b.att,
-                    pos0 + 1,
-                )?;
-            } else {
-                attention::prefill(k, pass, step, c, kv, &b.qkv, &self.cache[l], &b.att, n)?;
-            }
-            let (y, accumulate) = residual(true);
-            let io = Io {
-                x: &b.att,
-                x_stride: qd,
-                y,
-                y_stride: h,
-                y_offset: 0,
-                accumulate,
-            };
-            self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
-            if let Some((post_attn, _)) = &w.post_norms {
-                norm(pass, post_attn, &b.h, &b.x, true)?;
-            }
-            norm(pass, &w.ffn_norm, &b.x, &b.h, false)?;
-            for (p, mat, off) in [(Proj::Gate, &w.gate, 0), (Proj::Up, &w.up, f)] {
-                let io = Io {
-                    x: &b.h,
-                    x_stride: h,
-                    y: &b.gu,
-                    y_stride: 2 * f,
-                    y_offset: off,
-                    accumulate: false,
-                };
-                self.project(m, pass, mat, lora(p), &io, n)?;
-            }
-            elementwise::glu(k, pass, step, c.activation, &b.gu, &b.act, f, n)?;
-            let (y, accumulate) = residual(true);
-            let io = Io {
-                x: &b.act,
-                x_stride: f,
-                y,
-                y_stride: h,
-                y_offset: 0,
-                accumulate,
-            };
-            self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
-            if let Some((_, post_ffn)) = &w.post_norms {
-                norm(pass, post_ffn, &b.h, &b.x, true)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The last token's logits, after the repetition penalty (`step.penalty` on the
-    /// ids in `penalty_ids`; none listed: unchanged).
-    fn encode_head(&self, m: &GpuModel, pass: &mut wgpu::ComputePass, n: usize) -> Result<()> {
-        let (c, b, k) = (&m.config, &self.b, &m.kernels);
-        elementwise::rmsnorm(
-            k,
-            pass,
-            &b.step,
-            &m.output_norm,
-            &b.x,
-            &b.last,
-            c.hidden,
-            c.rms_eps,
-            n,
-            NormOut {
-                last_only: true,
-                accumulate: false,
-            },
-        )?;
-        let io = Io {
-            x: &b.last,
-            x_stride: c.hidden,
-            y: &b.logits,
-            y_stride: c.vocab_size,
-            y_offset: 0,
-            accumulate: false,
-        };
-        matmul::gemv(k, pass, &b.step, m.head(), &io)?;
-        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits)
     }
 
     async fn run(
@@ -592,7 +452,7 @@ impl GpuSession {
             // A decode step replays its recorded plan.
             Some(Want { top_k: Some(_), .. }) if n == 1 && self.replay => {
                 let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
-                let plan = self.decode_plan(m, adapter)?;
+                let plan = self.decode_plan(m, adapter, pos0)?;
                 let mut pass = enc.begin_compute_pass(&Default::default());
                 plan.replay(&mut pass, splits);
             }

@@ -1,16 +1,28 @@
-//! The quantized KV cache (`kv_write.wgsl`) and fused grouped-query attention:
-//! flash-decoding for one token (`attention_decode.wgsl` + `attention_reduce.wgsl`)
-//! and tiled causal attention for a chunk (`attention_prefill.wgsl`).
-//! CPU reference: `quant::kv::round_trip` then `model::reference::attention`.
+//! The quantized KV cache (`kv_write.wgsl`) and fused grouped-query attention: for one
+//! token, everything in one pass while the context is short
+//! (`attention_decode_fused.wgsl`: QK-norm, RoPE, the cache write and attention),
+//! flash-decoding splits past that (`attention_decode.wgsl` + `attention_reduce.wgsl`);
+//! tiled causal attention for a chunk (`attention_prefill.wgsl`).
+//! CPU reference: `model::reference::{rmsnorm, rope}`, `quant::kv::round_trip`, then
+//! `model::reference::attention`.
 
 use super::{Groups, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::Config;
+use crate::model::{Config, RopeStyle};
 use crate::quant::kv::KvFormat;
 
 /// Positions per flash-decoding split (the kernel's CHUNK).
 pub const CHUNK: u32 = 64;
+
+/// Longest context decoded in one pass (one workgroup per KV head): past it, the
+/// positions are split over more workgroups and reduced after.
+pub const ONE_PASS_MAX: usize = 2048;
+
+/// Whether a decode step over `kv_len` positions attends in one pass.
+pub fn one_pass(kv_len: usize) -> bool {
+    kv_len <= ONE_PASS_MAX
+}
 
 /// Shapes the attention kernels can take (their workgroup arrays are fixed).
 pub fn check_shape(c: &Config) -> Result<()> {
@@ -109,11 +121,11 @@ pub fn kv_write(
     )?;
     let bufs = [
         step,
-        qkv,
         &cache.k,
         &cache.v,
         &cache.k_scales,
         &cache.v_scales,
+        qkv,
     ];
     k.dispatch(
         pass,
@@ -182,6 +194,48 @@ pub fn decode(
         &[("HD", c.head_dim as f64), ("NH", c.n_heads as f64)],
     )?;
     k.dispatch(pass, &reduce, &[step, part, out], [c.n_heads as u32, 1, 1]);
+    Ok(())
+}
+
+/// The last token's attention in one dispatch: QK-norm (with `qk_norm`: q's weights
+/// then k's), RoPE from `table`, its key and value into the cache, attention over
+/// every visible position. `qkv` holds the token's raw (unrotated) row.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_fused(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    c: &Config,
+    format: KvFormat,
+    qkv: &wgpu::Buffer,
+    cache: &LayerCache,
+    table: &wgpu::Buffer,
+    qk_norm: Option<&wgpu::Buffer>,
+    out: &wgpu::Buffer,
+) -> Result<()> {
+    let mut consts = cache_constants(c, format, cache).to_vec();
+    consts.extend([
+        ("HALF", (c.rope_dim / 2) as f64),
+        (
+            "STYLE",
+            (c.rope_style == RopeStyle::HalfSplit) as u32 as f64,
+        ),
+        ("QK_NORM", qk_norm.is_some() as u32 as f64),
+        ("EPS", c.rms_eps as f64),
+    ]);
+    let pipe = k.pipe(Shader::AttentionDecodeFused, &consts)?;
+    let bufs = [
+        step,
+        &cache.k,
+        &cache.v,
+        &cache.k_scales,
+        &cache.v_scales,
+        qkv,
+        out,
+        table,
+        qk_norm.unwrap_or(table),
+    ];
+    k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, 1, 1]);
     Ok(())
 }
 

@@ -63,7 +63,7 @@ pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
 }
 
 /// Rotates (after QK-norm, when the model has it) the query and key heads of the
-/// fused qkv rows in place.
+/// fused qkv rows in place. `qk_norm` holds q's head_dim weights, then k's.
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
     k: &Kernels,
@@ -72,7 +72,7 @@ pub fn rope(
     c: &Config,
     table: &wgpu::Buffer,
     qkv: &wgpu::Buffer,
-    norms: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+    qk_norm: Option<&wgpu::Buffer>,
     n_tokens: usize,
 ) -> Result<()> {
     let pipe = k.pipe(
@@ -86,15 +86,14 @@ pub fn rope(
                 "STYLE",
                 (c.rope_style == RopeStyle::HalfSplit) as u32 as f64,
             ),
-            ("QK_NORM", norms.is_some() as u32 as f64),
+            ("QK_NORM", qk_norm.is_some() as u32 as f64),
             ("EPS", c.rms_eps as f64),
         ],
     )?;
-    let (qn, kn) = norms.unwrap_or((table, table));
     k.dispatch(
         pass,
         &pipe,
-        &[step, table, qkv, qn, kn],
+        &[step, table, qkv, qk_norm.unwrap_or(table)],
         [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1],
     );
     Ok(())

@@ -183,6 +183,84 @@ pub fn gemv(
     Ok(())
 }
 
+/// What a fused RMSNorm + GEMV applies (`norm_matmul_gemv.wgsl`).
+pub struct NormIn<'a> {
+    /// The norm's weights (`K` floats).
+    pub weights: &'a wgpu::Buffer,
+    pub eps: f32,
+    /// The matrix is [gate; up] and the output act(gate)·up.
+    pub glu: Option<crate::model::Activation>,
+    /// Where workgroup 0 writes rmsnorm(x) (for LoRA's A·x) when `write_normed`; bound
+    /// either way (a buffer the dispatch does not otherwise use: writable bindings must
+    /// not alias).
+    pub normed: &'a wgpu::Buffer,
+    pub write_normed: bool,
+}
+
+/// One token: y (+)= W · rmsnorm(x) (token 0 of x), or act(gate)·up of a [gate; up]
+/// matrix: a norm and its matmul (and the gated activation) in one dispatch. The
+/// matrix must be in one part when `glu` (both halves of a row pair are read).
+pub fn norm_gemv(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    m: &GpuMatrix,
+    io: &Io,
+    norm: &NormIn,
+) -> Result<()> {
+    use crate::model::Activation;
+    let glu = match norm.glu {
+        None => 0.0,
+        Some(Activation::Silu) => 1.0,
+        Some(Activation::GeluTanh) => 2.0,
+    };
+    if norm.glu.is_some() && (m.parts.len() != 1 || !m.rows.is_multiple_of(2)) {
+        return Err(Error::invalid(
+            "a gated matmul needs its [gate; up] rows in one part",
+        ));
+    }
+    let blocks = ((m.cols / 32).next_power_of_two() as u32).max(1);
+    let tpr = k.tuning.gemv_tpr.min(blocks);
+    for p in &m.parts {
+        let rows = if norm.glu.is_some() {
+            p.rows / 2
+        } else {
+            p.rows
+        };
+        let pipe = k.pipe(
+            Shader::NormMatmulGemv,
+            &[
+                ("FORMAT", m.format as u32 as f64),
+                ("LUT_ROWS", m.lut_rows.max(1) as f64),
+                ("K", m.cols as f64),
+                ("N", rows as f64),
+                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("ACCUMULATE", io.accumulate as u32 as f64),
+                ("TPR", tpr as f64),
+                ("EPS", norm.eps as f64),
+                ("GLU", glu),
+                ("WRITE_NORMED", norm.write_normed as u32 as f64),
+            ],
+        )?;
+        let groups = (rows as u32).div_ceil(256 / tpr);
+        k.dispatch(
+            pass,
+            &pipe,
+            &[
+                step,
+                &p.qs,
+                &p.scales,
+                io.x,
+                io.y,
+                norm.weights,
+                norm.normed,
+            ],
+            grid(groups),
+        );
+    }
+    Ok(())
+}
+
 /// The benchmark's baseline: one thread per row (token 0 only).
 pub fn naive(
     k: &Kernels,

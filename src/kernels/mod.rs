@@ -7,6 +7,7 @@ pub mod attention;
 pub mod elementwise;
 pub mod matmul;
 pub mod sample;
+pub mod stacked;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -18,6 +19,8 @@ use std::sync::{Arc, Mutex};
 pub enum Shader {
     MatmulGemv,
     MatmulGemvSubgroup,
+    NormMatmulGemv,
+    AttentionDecodeFused,
     MatmulGemm,
     MatmulGemmRowwise,
     MatmulNaive,
@@ -48,6 +51,10 @@ impl Shader {
         match self {
             Shader::MatmulGemv => include_str!("../../shaders/matmul_gemv.wgsl"),
             Shader::MatmulGemvSubgroup => include_str!("../../shaders/matmul_gemv_subgroup.wgsl"),
+            Shader::NormMatmulGemv => include_str!("../../shaders/norm_matmul_gemv.wgsl"),
+            Shader::AttentionDecodeFused => {
+                include_str!("../../shaders/attention_decode_fused.wgsl")
+            }
             Shader::MatmulGemm => include_str!("../../shaders/matmul_gemm.wgsl"),
             Shader::MatmulGemmRowwise => include_str!("../../shaders/matmul_gemm_rowwise.wgsl"),
             Shader::MatmulNaive => include_str!("../../shaders/matmul_naive.wgsl"),
@@ -72,10 +79,17 @@ impl Shader {
             | Shader::MatmulGemmRowwise
             | Shader::Embed => &[U, R, R, R, W],
             Shader::RmsNorm => &[U, R, R, W],
+            Shader::NormMatmulGemv => &[U, R, R, R, W, R, W],
+            // step, K, V, K scales, V scales (written: the new token), qkv, out, the
+            // RoPE table, the QK-norm weights (q's then k's).
+            Shader::AttentionDecodeFused => &[U, W, W, W, W, R, W, R, R],
             Shader::MatmulNaive => &[R, R, R, W],
-            Shader::Rope => &[U, R, W, R, R],
-            Shader::KvWrite => &[U, R, W, W, W, W],
-            Shader::AttentionDecode | Shader::AttentionPrefill => &[U, R, R, R, R, R, W],
+            // step, the RoPE table, qkv, the QK-norm weights (q's then k's).
+            Shader::Rope => &[U, R, W, R],
+            // kv_cache.wgsl's four cache bindings are writable for every kernel that
+            // includes it (one declaration; the readers never write).
+            Shader::KvWrite => &[U, W, W, W, W, R],
+            Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
             Shader::AttentionReduce | Shader::Glu => &[U, R, W],
             Shader::TopK => &[U, R, R, W],
             Shader::Penalty => &[U, R, W],
@@ -125,6 +139,29 @@ pub struct Tuning {
     pub subgroup_size: u32,
     /// Prefill matmuls with one thread per row (software adapters) instead of tiles.
     pub rowwise_gemm: bool,
+}
+
+impl Tuning {
+    /// Software adapters run workgroups on CPU SIMD lanes: one thread per row wins
+    /// there, and emulated subgroups are slower (measured on lavapipe: README,
+    /// Performance).
+    pub fn software() -> Tuning {
+        Tuning {
+            gemv_tpr: 1,
+            subgroup_size: 0,
+            rowwise_gemm: true,
+        }
+    }
+
+    /// GPUs: 16 threads share a GEMV row, prefill runs in tiles, and the subgroup
+    /// GEMV runs where the adapter reports a fixed `subgroup_size` (0: none).
+    pub fn gpu(subgroup_size: u32) -> Tuning {
+        Tuning {
+            gemv_tpr: 16,
+            subgroup_size,
+            rowwise_gemm: false,
+        }
+    }
 }
 
 /// How many workgroups a recorded dispatch runs.
@@ -188,17 +225,22 @@ pub struct Kernels {
 }
 
 impl Kernels {
+    /// The kernels this adapter runs best: `Tuning::software` on software adapters,
+    /// `Tuning::gpu` on GPUs. `PIPPIN_KERNELS=gpu` or `=software` forces either (the
+    /// GPU kernels then run, and are tested, on lavapipe); `PIPPIN_GEMV_TPR` sets the
+    /// GEMV's threads per row (for measuring other shapes on new hardware).
     pub fn new(gpu: &Gpu) -> Self {
-        // Software adapters run workgroups on CPU SIMD lanes: one thread per row wins
-        // there, and emulated subgroups are slower (measured on lavapipe: README,
-        // Performance). GPUs get cooperative rows and tiles.
-        let sw = gpu.adapter.software;
-        let mut tuning = Tuning {
-            gemv_tpr: if sw { 1 } else { 16 },
-            subgroup_size: if sw { 0 } else { gpu.adapter.subgroup_size },
-            rowwise_gemm: sw,
+        let forced = std::env::var("PIPPIN_KERNELS").ok();
+        let software = match forced.as_deref() {
+            Some("gpu") => false,
+            Some("software") => true,
+            _ => gpu.adapter.software,
         };
-        // For measuring other shapes on new hardware (`pippin bench`).
+        let mut tuning = if software {
+            Tuning::software()
+        } else {
+            Tuning::gpu(gpu.adapter.subgroup_size)
+        };
         if let Some(t) = std::env::var("PIPPIN_GEMV_TPR")
             .ok()
             .and_then(|v| v.parse::<u32>().ok())

@@ -7,7 +7,12 @@
 
 use pippin::engine::{Backend, Engine, GpuModel, SessionOptions, Want};
 use pippin::gpu::Gpu;
-use pippin::kernels::matmul::{self, GpuMatrix, Io};
+use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
+use pippin::model::Activation;
+
+/// Whether a matrix runs with its norm folded in, and with which gated activation.
+type Glu = Option<Activation>;
+use pippin::kernels::stacked::Stacked;
 use pippin::kernels::Step;
 use pippin::Result;
 use web_time::Instant;
@@ -63,22 +68,43 @@ fn time(
 pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>> {
     let c = &m.config;
     let l = &m.layers[0];
-    let mats: [(&str, &GpuMatrix); 8] = [
-        ("attn_q", &l.wq),
-        ("attn_k", &l.wk),
-        ("attn_v", &l.wv),
-        ("attn_output", &l.wo),
-        ("ffn_gate", &l.gate),
-        ("ffn_up", &l.up),
-        ("ffn_down", &l.down),
-        ("output", m.head()),
-    ];
+    // Stacked matrices run as one; apart, each by its own name.
+    fn named<'a>(
+        one: &'a str,
+        apart: [&'a str; 3],
+        s: &'a Stacked,
+    ) -> Vec<(&'a str, &'a GpuMatrix)> {
+        match s {
+            Stacked::One(w) => vec![(one, w)],
+            Stacked::Apart(ws) => apart.into_iter().zip(ws).collect(),
+        }
+    }
+    // What reads a norm's output runs with the norm folded in at decode (the [gate;
+    // up] matrix with its GLU epilogue), as the model runs it.
+    let glu = |s: &Stacked| matches!(s, Stacked::One(_)).then_some(c.activation);
+    let mut mats: Vec<(&str, &GpuMatrix, Option<Glu>)> =
+        named("attn_qkv", ["attn_q", "attn_k", "attn_v"], &l.qkv)
+            .into_iter()
+            .map(|(n, w)| (n, w, Some(None)))
+            .collect();
+    mats.push(("attn_output", &l.wo, None));
+    mats.extend(
+        named("ffn_gate_up", ["ffn_gate", "ffn_up", ""], &l.gate_up)
+            .into_iter()
+            .map(|(n, w)| (n, w, Some(glu(&l.gate_up)))),
+    );
+    mats.extend([
+        ("ffn_down", &l.down, None),
+        ("output", m.head(), Some(None)),
+    ]);
     let g = &m.gpu;
     let widest = c.ffn_dim.max(c.hidden).max(c.q_dim());
     let x = g.upload_f32("bench x", &vec![0.01; chunk * widest])?;
+    let ones = g.upload_f32("bench norm", &vec![1.0; widest])?;
+    let normed = g.storage("bench normed", (widest * 4) as u64)?;
     let y = g.storage("bench y", (chunk * c.vocab_size.max(widest) * 4) as u64)?;
     let mut rows = Vec::new();
-    for (name, w) in mats {
+    for (name, w, norm) in mats {
         for tokens in [1, chunk] {
             let step = g.uniform("step", bytemuck::bytes_of(&Step::new(tokens, 0)));
             let io = Io {
@@ -89,9 +115,25 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 y_offset: 0,
                 accumulate: false,
             };
-            let ms = time(m, reps, &|pass| {
-                matmul::matmul(&m.kernels, pass, &step, w, &io, tokens)
+            let fused = norm.filter(|_| tokens == 1);
+            let ms = time(m, reps, &|pass| match fused {
+                Some(glu) => {
+                    let n = NormIn {
+                        weights: &ones,
+                        eps: c.rms_eps,
+                        glu,
+                        normed: &normed,
+                        write_normed: false,
+                    };
+                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n)
+                }
+                None => matmul::matmul(&m.kernels, pass, &step, w, &io, tokens),
             })?;
+            let name = match fused {
+                Some(Some(_)) => format!("norm + {name} + GLU"),
+                Some(None) => format!("norm + {name}"),
+                None => name.to_string(),
+            };
             let naive_ms = if tokens == 1 && w.parts.len() == 1 {
                 Some(time(m, reps, &|pass| {
                     matmul::naive(&m.kernels, pass, w, &x, &y)
@@ -100,7 +142,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 None
             };
             rows.push(KernelRow {
-                name: name.to_string(),
+                name,
                 rows: w.rows,
                 cols: w.cols,
                 tokens,
@@ -121,6 +163,7 @@ pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64, u
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
     let gpu_created = e.model().gpu.created.clone();
     let mut s = e.backend()?;
+    s.truncate(0);
     // Warm-up: compiles every pipeline both paths use.
     pollster::block_on(s.forward(&tokens[..2], greedy()))?;
     pollster::block_on(s.forward(&tokens[..1], greedy()))?;
@@ -145,6 +188,10 @@ pub struct Figures {
     pub layers: usize,
     pub dispatches_per_step: usize,
     pub dispatches_per_layer: f64,
+    /// With a decode step's kernels apart (`GpuSession::set_fused(false)`).
+    pub unfused_dispatches_per_step: usize,
+    pub unfused_dispatches_per_layer: f64,
+    pub unfused_decode_tokens_per_s: f64,
     pub objects_per_step: f64,
     pub cpu_us_per_step: f64,
     pub cpu_us_per_step_unrecorded: f64,
@@ -164,10 +211,20 @@ fn greedy() -> Want<'static> {
 
 /// Runs the model (`model`), counts the GPU objects its steady decode steps create,
 /// and times a step's CPU side on the no-op backend.
-pub fn figures(e: &mut Engine, path: &std::path::Path, prompt: usize, steps: usize) -> Result<Figures> {
+pub fn figures(
+    e: &mut Engine,
+    path: &std::path::Path,
+    prompt: usize,
+    steps: usize,
+) -> Result<Figures> {
     let (total, outside) = e.decode_dispatches()?;
     let layers = e.config().n_layers;
     let (prefill, decode, created) = model(e, prompt, steps)?;
+    // The same run with a decode step's kernels apart (the "before" of fusion).
+    e.parts()?.1.set_fused(false);
+    let (unfused_total, _) = e.decode_dispatches()?;
+    let (_, unfused_decode, _) = model(e, prompt, steps)?;
+    e.parts()?.1.set_fused(true);
     let (recorded, unrecorded) = noop_step_us(path)?;
     Ok(Figures {
         adapter: e.model().gpu.adapter.name.clone(),
@@ -175,6 +232,9 @@ pub fn figures(e: &mut Engine, path: &std::path::Path, prompt: usize, steps: usi
         layers,
         dispatches_per_step: total,
         dispatches_per_layer: (total - outside) as f64 / layers as f64,
+        unfused_dispatches_per_step: unfused_total,
+        unfused_dispatches_per_layer: (unfused_total - outside) as f64 / layers as f64,
+        unfused_decode_tokens_per_s: unfused_decode,
         objects_per_step: created as f64 / steps.max(1) as f64,
         cpu_us_per_step: recorded,
         cpu_us_per_step_unrecorded: unrecorded,
@@ -230,6 +290,11 @@ impl Figures {
                 "cpu_us_per_step_unrecorded": self.cpu_us_per_step_unrecorded,
                 "tokens_per_s": self.decode_tokens_per_s,
                 "steps": self.steps,
+                "unfused": {
+                    "dispatches_per_step": self.unfused_dispatches_per_step,
+                    "dispatches_per_layer": self.unfused_dispatches_per_layer,
+                    "tokens_per_s": self.unfused_decode_tokens_per_s,
+                },
             },
             "prefill": {
                 "tokens_per_s": self.prefill_tokens_per_s,
@@ -250,6 +315,13 @@ impl std::fmt::Display for Figures {
             f,
             "decode step: {} dispatches ({:.1} per layer), {} GPU objects created per step",
             self.dispatches_per_step, self.dispatches_per_layer, self.objects_per_step
+        )?;
+        writeln!(
+            f,
+            "decode with its kernels apart (unfused): {} dispatches ({:.1} per layer), {:.1} tokens/s",
+            self.unfused_dispatches_per_step,
+            self.unfused_dispatches_per_layer,
+            self.unfused_decode_tokens_per_s
         )?;
         write!(
             f,

@@ -1,0 +1,128 @@
+// y = W · rmsnorm(x) for one token: the RMSNorm that feeds a matrix, folded into its
+// GEMV. Each workgroup sums x² itself (K floats: cheaper than a dispatch) and stages
+// rmsnorm(x) in workgroup memory, which every row's dot product then reads (rows wider
+// than the stage, 3072, normalize on the fly).
+// With GLU the matrix is [gate; up] (2·N rows) and output row r is act(gate_r)·up_r:
+// the gated MLP's first half in one dispatch. With WRITE_NORMED, workgroup 0 also
+// writes rmsnorm(x) out (what a LoRA update's A·x reads). TPR threads share a row,
+// as in matmul_gemv.wgsl; f32 accumulation.
+#include "weights.wgsl"
+#include "step.wgsl"
+
+@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>;
+
+override K: u32;            // inputs (row length), a multiple of 32
+override N: u32;            // output rows (with GLU: gate rows; the matrix has 2·N)
+override Y_OFFSET: u32 = 0u;
+override ACCUMULATE: bool = false;
+override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
+override WG: u32 = 256u;
+override EPS: f32 = 1e-5;
+override GLU: u32 = 0u;     // 0: none; 1: SiLU (SwiGLU); 2: GELU, tanh (GeGLU)
+override WRITE_NORMED: bool = false;
+
+const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partials
+var<workgroup> partial: array<f32, 256>;
+var<workgroup> partial_up: array<f32, 256>;
+var<workgroup> xs: array<vec4<f32>, STAGE>;
+
+fn act(g: f32) -> f32 {
+    if GLU == 2u {
+        let u = clamp(0.7978846 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0);
+        return 0.5 * g * (1.0 + tanh(u));
+    }
+    return g / (1.0 + exp(-g));
+}
+
+// Sums partial[0..WG) into partial[0].
+fn reduce_all(lid: u32) {
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if lid < s {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // 1 / rms(x), from the whole row.
+    var ss = 0.0;
+    for (var i = lid; i < K / 4u; i += WG) {
+        let v = x[i];
+        ss += dot(v, v);
+    }
+    partial[lid] = ss;
+    workgroupBarrier();
+    reduce_all(lid);
+    let inv_rms = inverseSqrt(partial[0] / f32(K) + EPS);
+    workgroupBarrier();
+    let staged = K / 4u <= STAGE;
+    if staged {
+        for (var i = lid; i < K / 4u; i += WG) {
+            xs[i] = x[i] * norm_w[i] * inv_rms;
+        }
+        workgroupBarrier();
+    }
+    let first = wid.x + wid.y * nwg.x == 0u;
+    if WRITE_NORMED && first {
+        for (var i = lid; i < K / 4u; i += WG) {
+            normed[i] = x[i] * norm_w[i] * inv_rms;
+        }
+    }
+
+    let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
+    let lane = lid % TPR;
+    let nb = K / 32u;
+    var acc = 0.0;
+    var acc_up = 0.0;
+    if row < N {
+        for (var b = lane; b < nb; b += TPR) {
+            for (var p = 0u; p < 4u; p++) {
+                let xo = b * 8u + p * 2u;
+                var xa: vec4<f32>;
+                var xb: vec4<f32>;
+                if staged {
+                    xa = xs[xo];
+                    xb = xs[xo + 1u];
+                } else {
+                    xa = x[xo] * norm_w[xo] * inv_rms;
+                    xb = x[xo + 1u] * norm_w[xo + 1u] * inv_rms;
+                }
+                let w = weight8(row, nb, b, p);
+                acc += dot(w.a, xa) + dot(w.b, xb);
+                if GLU != 0u {
+                    let u = weight8(row + N, nb, b, p);
+                    acc_up += dot(u.a, xa) + dot(u.b, xb);
+                }
+            }
+        }
+    }
+    partial[lid] = acc;
+    partial_up[lid] = acc_up;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if lane < s {
+            partial[lid] += partial[lid + s];
+            partial_up[lid] += partial_up[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && row < N {
+        var v = partial[lid];
+        if GLU != 0u {
+            v = act(v) * partial_up[lid];
+        }
+        let o = Y_OFFSET + row;
+        if ACCUMULATE {
+            y[o] += v;
+        } else {
+            y[o] = v;
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! A session's forward pass as kernels: the layers (a decode step fused to five
+//! dispatches a layer, chunks through GEMMs), LoRA updates on top of the projections,
+//! the output head. Recorded into a plan for decode steps, encoded for chunks.
+
+use super::GpuSession;
+use crate::engine::gpu_adapter::{GpuAdapter, GpuLora};
+use crate::engine::gpu_model::GpuModel;
+use crate::error::{Error, Result};
+use crate::kernels::attention;
+use crate::kernels::elementwise::{self, NormOut};
+use crate::kernels::matmul::{self, GpuMatrix, Io, NormIn};
+use crate::kernels::sample;
+use crate::kernels::stacked::Stacked;
+use crate::model::{Activation, Proj};
+
+impl GpuSession {
+    /// y (+)= W·x, then the LoRA update y += B·(A·x) when there is one.
+    fn project(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        w: &GpuMatrix,
+        lora: Option<&GpuLora>,
+        io: &Io,
+        n: usize,
+    ) -> Result<()> {
+        matmul::matmul(&m.kernels, pass, &self.b.step, w, io, n)?;
+        match lora {
+            Some(l) => self.lora(m, pass, l, io, n),
+            None => Ok(()),
+        }
+    }
+
+    /// y += B·(A·x): a LoRA update onto what `io` describes (its `accumulate` ignored).
+    fn lora(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        l: &GpuLora,
+        io: &Io,
+        n: usize,
+    ) -> Result<()> {
+        let (k, step, t) = (&m.kernels, &self.b.step, &self.b.lora_t);
+        let a_io = Io {
+            x: io.x,
+            x_stride: io.x_stride,
+            y: t,
+            y_stride: l.rank,
+            y_offset: 0,
+            accumulate: false,
+        };
+        matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
+        let b_io = Io {
+            x: t,
+            x_stride: l.rank,
+            accumulate: true,
+            ..*io
+        };
+        matmul::matmul(k, pass, step, &l.b, &b_io, n)
+    }
+
+    /// y = W·rmsnorm(x) for stacked matrices (outputs side by side in rows of
+    /// `y_stride`), with act(gate)·up when `glu` (a stacked [gate; up]). A fused decode
+    /// step folds the norm into each GEMV and writes rmsnorm(x) to `h` only when
+    /// `keep_normed` (what a LoRA update reads); otherwise x is normalized into `h`,
+    /// then each matrix runs over it.
+    #[allow(clippy::too_many_arguments)]
+    fn normed_matmul(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        mats: &Stacked,
+        norm_w: &wgpu::Buffer,
+        glu: Option<Activation>,
+        keep_normed: bool,
+        y: &wgpu::Buffer,
+        y_stride: usize,
+        n: usize,
+    ) -> Result<()> {
+        let (c, b, k) = (&m.config, &self.b, &m.kernels);
+        let folded = n == 1 && self.fused;
+        let io = |y_offset| Io {
+            x: if folded { &b.x } else { &b.h },
+            x_stride: c.hidden,
+            y,
+            y_stride,
+            y_offset,
+            accumulate: false,
+        };
+        if folded {
+            for (i, (mat, off)) in mats.mats().into_iter().enumerate() {
+                let norm = NormIn {
+                    weights: norm_w,
+                    eps: c.rms_eps,
+                    glu,
+                    normed: &b.h,
+                    write_normed: keep_normed && i == 0,
+                };
+                matmul::norm_gemv(k, pass, &b.step, mat, &io(off), &norm)?;
+            }
+            return Ok(());
+        }
+        if glu.is_some() {
+            return Err(Error::invalid(
+                "a gated matmul runs fused, one token at a time",
+            ));
+        }
+        let out = NormOut::default();
+        elementwise::rmsnorm(
+            k, pass, &b.step, norm_w, &b.x, &b.h, c.hidden, c.rms_eps, n, out,
+        )?;
+        for (mat, off) in mats.mats() {
+            matmul::matmul(k, pass, &b.step, mat, &io(off), n)?;
+        }
+        Ok(())
+    }
+
+    /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`). A
+    /// fused decode step's layer is five dispatches without adapters (norm+QKV,
+    /// attention, O, norm+gate|up+GLU, down) while the context allows one-pass
+    /// attention.
+    pub(super) fn encode_layers(
+        &self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+        pos0: usize,
+    ) -> Result<()> {
+        let (c, b, k) = (&m.config, &self.b, &m.kernels);
+        matmul::embed(
+            k,
+            pass,
+            &b.step,
+            &m.embed,
+            &b.tokens,
+            &b.x,
+            n,
+            c.embed_scale,
+        )?;
+        for l in 0..m.layers.len() {
+            let lora = |p: Proj| {
+                adapter
+                    .and_then(|a| a.layers.get(l))
+                    .and_then(|ls| ls[p].as_ref())
+            };
+            self.encode_attention(m, l, &lora, pass, n, pos0)?;
+            self.encode_mlp(m, l, &lora, pass, n)?;
+        }
+        Ok(())
+    }
+
+    /// Where a layer's output goes: added to x, or (with Gemma's post norms) written
+    /// to h, normalized with `post` and then added to x (`finish_residual`).
+    fn residual(&self, post: Option<&wgpu::Buffer>) -> (&wgpu::Buffer, bool) {
+        match post {
+            Some(_) => (&self.b.h, false),
+            None => (&self.b.x, true),
+        }
+    }
+
+    fn finish_residual(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        post: Option<&wgpu::Buffer>,
+        n: usize,
+    ) -> Result<()> {
+        let (c, b) = (&m.config, &self.b);
+        match post {
+            Some(w) => {
+                let out = NormOut {
+                    last_only: false,
+                    accumulate: true,
+                };
+                let (eps, h) = (c.rms_eps, c.hidden);
+                elementwise::rmsnorm(&m.kernels, pass, &b.step, w, &b.h, &b.x, h, eps, n, out)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn encode_attention<'a>(
+        &self,
+        m: &GpuModel,
+        l: usize,
+        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+        pos0: usize,
+    ) -> Result<()> {
+        let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
+        let (qd, kd, step, kv) = (c.q_dim(), c.kv_dim(), &b.step, self.opts.kv);
+        let stride = qd + 2 * kd;
+        let loras: Vec<_> = [(Proj::Q, 0), (Proj::K, qd), (Proj::V, qd + kd)]
+            .into_iter()
+            .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
+            .collect();
+        let has_lora = !loras.is_empty();
+        self.normed_matmul(
+            m,
+            pass,
+            &w.qkv,
+            &w.attn_norm,
+            None,
+            has_lora,
+            &b.qkv,
+            stride,
+            n,
+        )?;
+        for (lo, off) in loras {
+            let io = Io {
+                x: &b.h,
+                x_stride: c.hidden,
+                y: &b.qkv,
+                y_stride: stride,
+                y_offset: off,
+                accumulate: true,
+            };
+            self.lora(m, pass, lo, &io, n)?;
+        }
+        let (table, cache) = (&b.rope[c.is_sliding(l) as usize], &self.cache[l]);
+        let qk_norm = w.qk_norm.as_ref();
+        if n == 1 && self.fused && attention::one_pass(pos0 + 1) {
+            attention::decode_fused(k, pass, step, c, kv, &b.qkv, cache, table, qk_norm, &b.att)?;
+        } else {
+            elementwise::rope(k, pass, step, c, table, &b.qkv, qk_norm, n)?;
+            attention::kv_write(k, pass, step, c, kv, &b.qkv, cache, n)?;
+            if n == 1 {
+                let (part, att) = (&b.part, &b.att);
+                attention::decode(k, pass, step, c, kv, &b.qkv, cache, part, att, pos0 + 1)?;
+            } else {
+                attention::prefill(k, pass, step, c, kv, &b.qkv, cache, &b.att, n)?;
+            }
+        }
+        let post = w.post_norms.as_ref().map(|(a, _)| a);
+        let (y, accumulate) = self.residual(post);
+        let io = Io {
+            x: &b.att,
+            x_stride: qd,
+            y,
+            y_stride: c.hidden,
+            y_offset: 0,
+            accumulate,
+        };
+        self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
+        self.finish_residual(m, pass, post, n)
+    }
+
+    fn encode_mlp<'a>(
+        &self,
+        m: &GpuModel,
+        l: usize,
+        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+    ) -> Result<()> {
+        let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
+        let f = c.ffn_dim;
+        let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
+            .into_iter()
+            .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
+            .collect();
+        let one = matches!(w.gate_up, Stacked::One(_));
+        if n == 1 && self.fused && one && loras.is_empty() {
+            let act = Some(c.activation);
+            self.normed_matmul(m, pass, &w.gate_up, &w.ffn_norm, act, false, &b.act, f, n)?;
+        } else {
+            let keep = !loras.is_empty();
+            self.normed_matmul(
+                m,
+                pass,
+                &w.gate_up,
+                &w.ffn_norm,
+                None,
+                keep,
+                &b.gu,
+                2 * f,
+                n,
+            )?;
+            for (lo, off) in loras {
+                let io = Io {
+                    x: &b.h,
+                    x_stride: c.hidden,
+                    y: &b.gu,
+                    y_stride: 2 * f,
+                    y_offset: off,
+                    accumulate: true,
+                };
+                self.lora(m, pass, lo, &io, n)?;
+            }
+            elementwise::glu(k, pass, &b.step, c.activation, &b.gu, &b.act, f, n)?;
+        }
+        let post = w.post_norms.as_ref().map(|(_, p)| p);
+        let (y, accumulate) = self.residual(post);
+        let io = Io {
+            x: &b.act,
+            x_stride: f,
+            y,
+            y_stride: c.hidden,
+            y_offset: 0,
+            accumulate,
+        };
+        self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
+        self.finish_residual(m, pass, post, n)
+    }
+
+    /// The last token's logits, after the repetition penalty (`step.penalty` on the
+    /// ids in `penalty_ids`; none listed: unchanged). A fused decode step folds the
+    /// final norm into the head's GEMV.
+    pub(super) fn encode_head(
+        &self,
+        m: &GpuModel,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+    ) -> Result<()> {
+        let (c, b, k) = (&m.config, &self.b, &m.kernels);
+        let io = |x| Io {
+            x,
+            x_stride: c.hidden,
+            y: &b.logits,
+            y_stride: c.vocab_size,
+            y_offset: 0,
+            accumulate: false,
+        };
+        if n == 1 && self.fused {
+            let norm = NormIn {
+                weights: &m.output_norm,
+                eps: c.rms_eps,
+                glu: None,
+                normed: &b.last,
+                write_normed: false,
+            };
+            matmul::norm_gemv(k, pass, &b.step, m.head(), &io(&b.x), &norm)?;
+        } else {
+            let out = NormOut {
+                last_only: true,
+                accumulate: false,
+            };
+            let (w, h, eps) = (&m.output_norm, c.hidden, c.rms_eps);
+            elementwise::rmsnorm(k, pass, &b.step, w, &b.x, &b.last, h, eps, n, out)?;
+            matmul::gemv(k, pass, &b.step, m.head(), &io(&b.last))?;
+        }
+        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits)
+    }
+}
