@@ -1,7 +1,7 @@
 // Included by every kernel that runs per step: the values that change each step
 // (shapes are `override` constants), bound as a uniform at binding 0. Per-call choices
-// (how many candidates to keep, the repetition penalty) are here too, never pipeline
-// constants: changing them creates nothing.
+// (how many candidates to keep, the repetition penalty, how the next token is picked)
+// are here too, never pipeline constants: changing them creates nothing.
 struct Step {
     n_tokens: u32,
     pos0: u32,
@@ -9,8 +9,12 @@ struct Step {
     n_splits: u32,
     top_k: u32,
     penalty: f32,
-    pad0: u32,
-    pad1: u32,
+    penalize_input: u32,
+    temperature: f32,
+    top_p: f32,
+    min_p: f32,
+    u: f32,
+    pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> step: Step;

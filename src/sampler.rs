@@ -110,8 +110,22 @@ impl Sampler {
     }
 
     fn draw(&mut self, logits: Vec<(u32, f32)>) -> u32 {
+        let u = self.next_u();
+        self.pick(logits, u)
+    }
+
+    /// The next uniform draw in [0, 1): one per sampled token (none when greedy). A
+    /// device that picks tokens itself (`choose.wgsl`) gets it in its step uniform,
+    /// so a seed gives the same text either way.
+    pub fn next_u(&mut self) -> f32 {
+        self.rng.next_f32()
+    }
+
+    /// The token the draw `u` picks from `logits` (id, logit) after temperature and
+    /// the filters: the first whose cumulative probability exceeds u × their sum.
+    pub fn pick(&self, logits: Vec<(u32, f32)>, u: f32) -> u32 {
         let cands = self.candidates_of(logits);
-        let r = self.rng.next_f32() * cands.iter().map(|c| c.1).sum::<f32>();
+        let r = u * cands.iter().map(|c| c.1).sum::<f32>();
         let mut acc = 0.0;
         for &(id, p) in &cands {
             acc += p;

@@ -362,9 +362,9 @@ fn decode_steps_create_nothing_and_equal_the_immediate_path() {
     s.warm(m).unwrap();
     let ids = [1u32, 7, 42];
     let want = |k: usize, p: f32| Want {
-        top_k: Some(k),
         penalty: p,
         penalty_ids: &ids,
+        ..Want::top(k)
     };
     let mut b = GpuBackend::new(m, &mut s);
     pollster::block_on(b.forward(&PROMPT, want(1, 1.0))).unwrap();

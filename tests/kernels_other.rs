@@ -529,9 +529,123 @@ fn penalty_matches_the_sampler() {
             ..pippin::kernels::Step::new(1, 0)
         }),
     );
-    c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb).unwrap());
+    let tb = c.gpu.upload_u32("tokens", &[0]).unwrap();
+    c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb, &tb).unwrap());
     let mut want = logits.clone();
     sampler.penalize(&mut want, &history);
     assert_ne!(want, logits);
     assert_eq!(c.read(&lb, 100), want);
+}
+
+/// `choose.wgsl` picks what `Sampler::pick` picks from the same candidates, for
+/// greedy and for temperature, top-p and min-p over draws spread over [0, 1) (draws
+/// within 1e-5 of a boundary between two tokens are skipped: f32 sums may differ in
+/// their last bit).
+#[test]
+fn gpu_pick_matches_the_sampler() {
+    let c = ctx();
+    let vocab = 500;
+    let logits: Vec<f32> = values(vocab, 31).iter().map(|v| v * 4.0).collect();
+    let top = sample::TopK::new(&c.gpu, vocab).unwrap();
+    let (lb, tokens) = (c.buf(&logits), c.gpu.storage("tokens", 16).unwrap());
+    let settings = [
+        (0.0, 1.0, 0.0),
+        (0.7, 1.0, 0.0),
+        (1.3, 0.8, 0.0),
+        (1.0, 1.0, 0.1),
+        (0.9, 0.95, 0.05),
+    ];
+    let mut compared = 0;
+    for kk in [1, 8, 40, 64] {
+        for (temperature, top_p, min_p) in settings {
+            let sampler = Sampler::new(SamplerOptions {
+                temperature,
+                top_k: kk,
+                top_p,
+                min_p,
+                ..Default::default()
+            });
+            for i in 0..25 {
+                let u = i as f32 / 25.0 + 0.013;
+                let step = c.gpu.uniform(
+                    "step",
+                    bytemuck::bytes_of(&pippin::kernels::Step {
+                        top_k: kk as u32,
+                        temperature,
+                        top_p,
+                        min_p,
+                        u,
+                        ..pippin::kernels::Step::new(1, 0)
+                    }),
+                );
+                c.run(|p| {
+                    top.encode(&c.k, p, &step, &lb).unwrap();
+                    top.choose(&c.k, p, &step, &tokens).unwrap();
+                });
+                let got = pollster::block_on(c.gpu.read(&tokens, 0, 4)).unwrap();
+                let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
+                let cands = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
+                let cands = sample::decode_pairs(&cands, vocab);
+                let want = if temperature == 0.0 {
+                    cands[0].0
+                } else {
+                    sampler.pick(cands.clone(), u)
+                };
+                let near = temperature > 0.0
+                    && (sampler.pick(cands.clone(), u - 1e-5) != want
+                        || sampler.pick(cands, u + 1e-5) != want);
+                if !near {
+                    assert_eq!(
+                        got, want,
+                        "k {kk} T {temperature} top-p {top_p} min-p {min_p} u {u}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > 450, "only {compared} draws compared");
+}
+
+/// A chained step's input token (tokens[0], picked on the GPU) is penalized with the
+/// listed window, once even when listed, and not at all when the step says not to.
+#[test]
+fn penalty_of_a_chained_input_token() {
+    let c = ctx();
+    let logits = values(100, 22);
+    for (listed, input, on) in [
+        (vec![3u32, 50], 77u32, 1u32),
+        (vec![3, 77], 77, 1),
+        (vec![3], 77, 0),
+    ] {
+        let sampler = Sampler::new(SamplerOptions {
+            repetition_penalty: 1.5,
+            repeat_last_n: 64,
+            ..Default::default()
+        });
+        let mut history = listed.clone();
+        if on == 1 {
+            history.push(input);
+        }
+        let mut ids = listed.clone();
+        ids.insert(0, listed.len() as u32);
+        let (lb, ib) = (c.buf(&logits), c.gpu.upload_u32("ids", &ids).unwrap());
+        let tb = c.gpu.upload_u32("tokens", &[input]).unwrap();
+        let step = c.gpu.uniform(
+            "step",
+            bytemuck::bytes_of(&pippin::kernels::Step {
+                penalty: 1.5,
+                penalize_input: on,
+                ..pippin::kernels::Step::new(1, 0)
+            }),
+        );
+        c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb, &tb).unwrap());
+        let mut want = logits.clone();
+        sampler.penalize(&mut want, &history);
+        assert_eq!(
+            c.read(&lb, 100),
+            want,
+            "listed {listed:?} input {input} on {on}"
+        );
+    }
 }

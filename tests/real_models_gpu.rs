@@ -269,11 +269,7 @@ fn decode_plans_on_both_sides_of_the_one_pass_limit() {
     };
     let mut s = GpuSession::new(&m, opts).unwrap();
     let mut b = GpuBackend::new(&m, &mut s);
-    let want = || Want {
-        top_k: Some(8),
-        penalty: 1.0,
-        penalty_ids: &[],
-    };
+    let want = || Want::top(8);
     pollster::block_on(b.forward(&tokens[..first], want())).unwrap();
     for (p, want_logits) in (first..end).zip(&cpu) {
         let got = pollster::block_on(b.forward(&tokens[p..p + 1], want())).unwrap();

@@ -13,7 +13,7 @@ use pippin::quant::gpu_layout::pack_palette;
 use pippin::quant::kv::{round_trip, KvFormat};
 use pippin::quant::palette::palettize;
 use pippin::quant::{dequantize, encode, GgmlType};
-use pippin::sampler::Rng;
+use pippin::sampler::{Rng, Sampler, SamplerOptions};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -335,6 +335,56 @@ async fn topk_selects_the_largest() {
     want.sort_by(|a, b| b.1.total_cmp(&a.1));
     want.truncate(8);
     assert_eq!(got, want);
+}
+
+/// The GPU's pick (`choose.wgsl`) is the sampler's for the same candidates and draw
+/// (pipelined decode relies on it), skipping draws within 1e-5 of a boundary.
+#[wasm_bindgen_test]
+async fn gpu_pick_matches_the_sampler() {
+    let c = ctx().await;
+    let vocab = 700;
+    let logits: Vec<f32> = values(vocab, 12).iter().map(|v| v * 4.0).collect();
+    let top = sample::TopK::new(&c.gpu, vocab).unwrap();
+    let (lb, tokens) = (c.buf(&logits), c.gpu.storage("tokens", 16).unwrap());
+    let (kk, temperature, top_p, min_p) = (40, 0.8, 0.9, 0.02);
+    let sampler = Sampler::new(SamplerOptions {
+        temperature,
+        top_k: kk,
+        top_p,
+        min_p,
+        ..Default::default()
+    });
+    let mut compared = 0;
+    for i in 0..12 {
+        let u = i as f32 / 12.0 + 0.01;
+        let step = c.gpu.uniform(
+            "step",
+            bytemuck::bytes_of(&Step {
+                top_k: kk as u32,
+                temperature,
+                top_p,
+                min_p,
+                u,
+                ..Step::new(1, 0)
+            }),
+        );
+        c.run(|p| {
+            top.encode(&c.k, p, &step, &lb).unwrap();
+            top.choose(&c.k, p, &step, &tokens).unwrap();
+        });
+        let got = c.gpu.read(&tokens, 0, 4).await.unwrap();
+        let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
+        let cands = c.gpu.read(&top.out, 0, (kk * 8) as u64).await.unwrap();
+        let cands = sample::decode_pairs(&cands, vocab);
+        let want = sampler.pick(cands.clone(), u);
+        let near =
+            sampler.pick(cands.clone(), u - 1e-5) != want || sampler.pick(cands, u + 1e-5) != want;
+        if !near {
+            assert_eq!(got, want, "u {u}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 10, "only {compared} draws compared");
 }
 
 /// RMSNorm folded into the GEMV, with and without the gated epilogue ([gate; up]

@@ -15,7 +15,10 @@ use crate::kernels::{Plan, Step};
 use crate::quant::kv::KvFormat;
 use std::collections::HashMap;
 
+mod chain;
 mod forward;
+
+use chain::InFlight;
 
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -55,9 +58,11 @@ struct Buffers {
     rope: [wgpu::Buffer; 2],
     /// A·x of a LoRA update, for up to `chunk` tokens and rank 256.
     lora_t: wgpu::Buffer,
-    /// Read-back buffers, reused every step: the candidates, and the logits.
+    /// Read-back buffers, reused every step: the candidates, the logits, and the
+    /// picked token of chained steps (two: one step's is read while the next runs).
     read_top: wgpu::Buffer,
     read_logits: wgpu::Buffer,
+    read_choice: [wgpu::Buffer; 2],
 }
 
 const MAX_PENALTY_IDS: usize = 1024;
@@ -82,6 +87,10 @@ pub struct GpuSession {
     /// False: a decode step runs the chunk path's kernels (norms, RoPE, the cache
     /// write and the attention reduce apart), for measuring what fusion saves.
     fused: bool,
+    /// Submitted steps whose picked token was not read yet, oldest first.
+    inflight: std::collections::VecDeque<InFlight>,
+    /// The read-back buffer the next submitted step copies its pick into.
+    next_choice: usize,
 }
 
 impl GpuSession {
@@ -129,6 +138,7 @@ impl GpuSession {
             lora_t: g.storage("LoRA A·x", n * 256 * f4)?,
             read_top: g.readback((sample::MAX_K * 8) as u64),
             read_logits: g.readback(c.vocab_size as u64 * f4),
+            read_choice: [g.readback(4), g.readback(4)],
         };
         let cache = (0..c.n_layers)
             .map(|l| {
@@ -149,6 +159,8 @@ impl GpuSession {
             plans: HashMap::new(),
             replay: true,
             fused: true,
+            inflight: Default::default(),
+            next_choice: 0,
         })
     }
 
@@ -188,8 +200,7 @@ impl GpuSession {
                     1.0,
                 )?;
                 self.encode_head(m, pass, 1)?;
-                self.topk
-                    .encode(&m.kernels, pass, &self.b.step, &self.b.logits)
+                self.encode_pick(m, pass)
             })?
             .len();
         Ok((total, outside))
@@ -229,8 +240,7 @@ impl GpuSession {
             let plan = m.kernels.record(|pass| {
                 self.encode_layers(m, adapter, pass, 1, at)?;
                 self.encode_head(m, pass, 1)?;
-                self.topk
-                    .encode(&m.kernels, pass, &self.b.step, &self.b.logits)
+                self.encode_pick(m, pass)
             })?;
             self.plans.insert(id, plan);
         }
@@ -265,6 +275,7 @@ impl GpuSession {
 
     /// Forgets the conversation; the next call starts from position 0.
     pub fn clear(&mut self) {
+        self.inflight.clear();
         self.tokens.clear();
         self.ring_lo = 0;
     }
@@ -274,6 +285,11 @@ impl GpuSession {
     /// window behind `len` (it was overwritten by later positions): then the whole
     /// conversation is run again.
     pub fn truncate(&mut self, len: usize) {
+        self.abandon();
+        self.truncate_cache(len);
+    }
+
+    fn truncate_cache(&mut self, len: usize) {
         if len >= self.tokens.len() {
             return;
         }
@@ -315,6 +331,7 @@ impl GpuSession {
         tokens: &[u32],
         want: Want<'_>,
     ) -> Result<Logits> {
+        self.abandon();
         self.check(m, tokens)?;
         let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
@@ -362,6 +379,7 @@ impl GpuSession {
         adapter: Option<&GpuAdapter>,
         tokens: &[u32],
     ) -> Result<Vec<f32>> {
+        self.abandon();
         self.check(m, tokens)?;
         let (g, c, chunk) = (&m.gpu, &m.config, self.opts.chunk);
         let row_bytes = c.vocab_size as u64 * 4;
@@ -415,9 +433,11 @@ impl GpuSession {
     }
 
     /// Writes a chunk's token ids and its step (length, first position, what the head
-    /// keeps) for the kernels; returns (length, first position).
+    /// keeps, how the next token is picked) for the kernels; returns (length, first
+    /// position). No ids (a chained step): its one input is the token the step before
+    /// picked, already in the token buffer.
     fn upload_step(&self, g: &Gpu, tokens: &[u32], want: Option<&Want<'_>>) -> (usize, usize) {
-        let (n, pos0) = (tokens.len(), self.tokens.len());
+        let (n, pos0) = (tokens.len().max(1), self.tokens.len());
         let mut step = Step::new(n, pos0);
         let mut ids = vec![0u32];
         if let Some(w) = want {
@@ -427,10 +447,17 @@ impl GpuSession {
                 let listed = &w.penalty_ids[..w.penalty_ids.len().min(MAX_PENALTY_IDS)];
                 ids[0] = listed.len() as u32;
                 ids.extend_from_slice(listed);
+                step.penalize_input = (w.pick.penalize_input && tokens.is_empty()) as u32;
             }
+            step.temperature = w.pick.temperature;
+            step.top_p = w.pick.top_p;
+            step.min_p = w.pick.min_p;
+            step.u = w.pick.u;
         }
-        g.queue
-            .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
+        if !tokens.is_empty() {
+            g.queue
+                .write_buffer(&self.b.tokens, 0, bytemuck::cast_slice(tokens));
+        }
         g.queue
             .write_buffer(&self.b.step, 0, bytemuck::bytes_of(&step));
         g.queue
@@ -438,18 +465,19 @@ impl GpuSession {
         (n, pos0)
     }
 
-    async fn run_chunk(
+    /// Records a chunk (its step uploaded) into a command encoder: a decode step
+    /// replays its recorded plan; with candidates wanted, the head, top-k and the
+    /// pick run too.
+    fn encode_chunk(
         &mut self,
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
-        tokens: &[u32],
+        n: usize,
+        pos0: usize,
         want: Option<&Want<'_>>,
-    ) -> Result<Option<Logits>> {
-        let g = &m.gpu;
-        let (n, pos0) = self.upload_step(g, tokens, want);
-        let mut enc = g.device.create_command_encoder(&Default::default());
+    ) -> Result<wgpu::CommandEncoder> {
+        let mut enc = m.gpu.device.create_command_encoder(&Default::default());
         match want {
-            // A decode step replays its recorded plan.
             Some(Want { top_k: Some(_), .. }) if n == 1 && self.replay => {
                 let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
                 let plan = self.decode_plan(m, adapter, pos0)?;
@@ -462,12 +490,31 @@ impl GpuSession {
                 if let Some(w) = want {
                     self.encode_head(m, &mut pass, n)?;
                     if w.top_k.is_some() {
-                        self.topk
-                            .encode(&m.kernels, &mut pass, &self.b.step, &self.b.logits)?;
+                        self.encode_pick(m, &mut pass)?;
                     }
                 }
             }
         }
+        Ok(enc)
+    }
+
+    /// Top-k of the logits, then the pick into the token buffer (`choose.wgsl`).
+    fn encode_pick(&self, m: &GpuModel, pass: &mut wgpu::ComputePass) -> Result<()> {
+        let (k, b) = (&m.kernels, &self.b);
+        self.topk.encode(k, pass, &b.step, &b.logits)?;
+        self.topk.choose(k, pass, &b.step, &b.tokens)
+    }
+
+    async fn run_chunk(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        tokens: &[u32],
+        want: Option<&Want<'_>>,
+    ) -> Result<Option<Logits>> {
+        let g = &m.gpu;
+        let (n, pos0) = self.upload_step(g, tokens, want);
+        let enc = self.encode_chunk(m, adapter, n, pos0, want)?;
         let Some(want) = want else {
             g.queue.submit([enc.finish()]);
             return g.take_error().map(|_| None);
@@ -544,5 +591,17 @@ impl Backend for GpuBackend<'_> {
     }
     fn context_length(&self) -> usize {
         self.session.opts.max_context
+    }
+    fn chains(&self) -> bool {
+        true
+    }
+    fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
+        self.session.submit(self.model, self.adapter, tokens, &want)
+    }
+    async fn chosen(&mut self) -> Result<u32> {
+        self.session.chosen(self.model).await
+    }
+    fn cancel(&mut self) {
+        self.session.cancel();
     }
 }

@@ -36,6 +36,8 @@ pub struct Want<'a> {
     /// Repetition penalty applied to `penalty_ids` before selection (1 = none).
     pub penalty: f32,
     pub penalty_ids: &'a [u32],
+    /// How a backend that picks the next token itself (`Backend::submit`) picks it.
+    pub pick: Pick,
 }
 
 impl Want<'_> {
@@ -44,6 +46,41 @@ impl Want<'_> {
             top_k: None,
             penalty: 1.0,
             penalty_ids: &[],
+            pick: Pick::default(),
+        }
+    }
+
+    /// The `k` best candidates (1: greedy), nothing penalized.
+    pub fn top(k: usize) -> Want<'static> {
+        Want {
+            top_k: Some(k),
+            ..Want::logits()
+        }
+    }
+}
+
+/// How the device picks the next token among the candidates (as `Sampler::pick`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pick {
+    /// 0: greedy.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// The draw in [0, 1) (`Sampler::next_u`).
+    pub u: f32,
+    /// A chained step's input (chosen on the device) is penalized too: the caller
+    /// lists the rest of the penalty window.
+    pub penalize_input: bool,
+}
+
+impl Default for Pick {
+    fn default() -> Self {
+        Pick {
+            temperature: 0.0,
+            top_p: 1.0,
+            min_p: 0.0,
+            u: 0.0,
+            penalize_input: false,
         }
     }
 }
@@ -63,6 +100,24 @@ pub trait Backend {
     /// log-probability of the token that follows it (for perplexity).
     async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
     fn context_length(&self) -> usize;
+
+    /// Whether the backend picks tokens itself and chains steps (`submit`): decode is
+    /// then pipelined, the next step submitted before this one's token is read.
+    fn chains(&self) -> bool {
+        false
+    }
+    /// Runs `tokens` after the cache — or, when empty, the token the last submitted
+    /// step picks — and picks the next token with `want.pick`, without waiting.
+    /// Steps run in order; `chosen` reads their picks in order.
+    fn submit(&mut self, _tokens: &[u32], _want: Want<'_>) -> Result<()> {
+        Err(Error::unsupported("this backend does not chain steps"))
+    }
+    /// The pick of the oldest submitted step not read yet (waits for it).
+    async fn chosen(&mut self) -> Result<u32> {
+        Err(Error::unsupported("this backend does not chain steps"))
+    }
+    /// Drops the submitted steps not read yet, and the tokens they ran, from the cache.
+    fn cancel(&mut self) {}
 }
 
 /// How many leading tokens two sequences share.
@@ -161,6 +216,13 @@ pub struct Generation {
     logits: Option<Logits>,
     /// The last sampled token, still to be run to get the next logits.
     to_run: Option<u32>,
+    /// Pipelined decode (a backend that `chains`): the next step is submitted
+    /// before the token of the one running is read. Off after a failed step.
+    chained: bool,
+    /// A picked token not handled yet (the prompt's, or one a failure left).
+    ready: Option<u32>,
+    /// A submitted step whose pick is still to be read.
+    outstanding: bool,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
@@ -211,12 +273,28 @@ impl Generation {
             },
             logits: None,
             to_run: None,
+            chained: backend.chains(),
+            ready: None,
+            outstanding: false,
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
         };
         let t0 = Instant::now();
-        g.logits = Some(g.run(backend, &prompt[keep..]).await?);
+        if g.chained {
+            let ids = g.sampler.penalized_ids(&g.history);
+            let pick = g.next_pick(false);
+            backend.submit(&prompt[keep..], g.want(&ids, pick))?;
+            match backend.chosen().await {
+                Ok(t) => g.ready = Some(t),
+                Err(e) => {
+                    backend.cancel();
+                    return Err(e);
+                }
+            }
+        } else {
+            g.logits = Some(g.run(backend, &prompt[keep..]).await?);
+        }
         g.usage.prefill_ms = ms_since(t0);
         g.started = Instant::now();
         Ok(g)
@@ -224,12 +302,35 @@ impl Generation {
 
     async fn run<B: Backend>(&self, backend: &mut B, tokens: &[u32]) -> Result<Logits> {
         let ids = self.sampler.penalized_ids(&self.history);
-        let want = Want {
+        backend
+            .forward(tokens, self.want(&ids, Pick::default()))
+            .await
+    }
+
+    fn want<'a>(&self, ids: &'a [u32], pick: Pick) -> Want<'a> {
+        Want {
             top_k: Some(self.top_k),
             penalty: self.opts.sampler.repetition_penalty,
-            penalty_ids: &ids,
+            penalty_ids: ids,
+            pick,
+        }
+    }
+
+    /// How the device picks the next token: the sampler's settings and its next
+    /// draw (none when greedy, as the CPU sampler draws none).
+    fn next_pick(&mut self, penalize_input: bool) -> Pick {
+        let o = &self.opts.sampler;
+        let mut pick = Pick {
+            temperature: o.temperature,
+            top_p: o.top_p,
+            min_p: o.min_p,
+            penalize_input: penalize_input && o.repeat_last_n > 0,
+            ..Pick::default()
         };
-        backend.forward(tokens, want).await
+        if o.temperature > 0.0 {
+            pick.u = self.sampler.next_u();
+        }
+        pick
     }
 
     /// The next piece of text, or `Done` (again and again once finished).
@@ -267,6 +368,13 @@ impl Generation {
 
     /// Samples one token (running the previous one first) and queues its text.
     async fn step<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
+        if self.chained {
+            let r = self.step_chained(backend, tk).await;
+            if r.is_err() {
+                self.unchain(backend);
+            }
+            return r;
+        }
         // Taken only once the step succeeded: after a failure the same token runs
         // again, and the caller sees the error, not a quiet end.
         if let Some(t) = self.to_run {
@@ -276,13 +384,91 @@ impl Generation {
         if self.usage.generated_tokens >= self.opts.max_tokens {
             return self.finish(tk, FinishReason::Length);
         }
-        let Some(logits) = self.logits.take() else {
-            return self.finish(tk, FinishReason::Length);
+        let token = match (self.ready.take(), self.logits.take()) {
+            (Some(t), _) => t,
+            (None, Some(logits)) => self.sampler.choose(logits, &self.history),
+            (None, None) => return self.finish(tk, FinishReason::Length),
         };
-        let token = self.sampler.choose(logits, &self.history);
+        let cached = backend.tokens().len();
+        if self.handle(tk, token, cached, backend.context_length())? {
+            self.to_run = Some(token);
+        }
+        Ok(())
+    }
+
+    /// A pipelined step: submits the step that runs the next token (picked on the
+    /// device) before reading it, when another token may follow; a token that ends
+    /// the reply drops that step and what it ran.
+    async fn step_chained<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
+        let (max, ctx) = (self.opts.max_tokens, backend.context_length());
+        if self.usage.generated_tokens >= max {
+            backend.cancel();
+            return self.finish(tk, FinishReason::Length);
+        }
+        // The cache before the token handled now runs: the same test `handle` makes.
+        let cached = backend.tokens().len();
+        let ahead = self.usage.generated_tokens + 1 < max && cached + 1 < ctx;
+        let n = self.opts.sampler.repeat_last_n;
+        let token = if let Some(t) = self.ready {
+            if ahead {
+                // Its input is known: the penalty window is listed whole.
+                let mut recent = self.history[self.history.len().saturating_sub(n)..].to_vec();
+                recent.push(t);
+                let ids = self.sampler.penalized_ids(&recent);
+                let pick = self.next_pick(false);
+                backend.submit(&[t], self.want(&ids, pick))?;
+                self.outstanding = true;
+            }
+            self.ready = None;
+            t
+        } else {
+            if !self.outstanding {
+                return self.finish(tk, FinishReason::Length);
+            }
+            if ahead {
+                // Its input is the pick not read yet: the device penalizes it, the
+                // rest of the window is listed.
+                let keep = n.saturating_sub(1);
+                let recent = &self.history[self.history.len().saturating_sub(keep)..];
+                let ids = if keep > 0 {
+                    self.sampler.penalized_ids(recent)
+                } else {
+                    vec![]
+                };
+                let pick = self.next_pick(true);
+                backend.submit(&[], self.want(&ids, pick))?;
+            }
+            let t = backend.chosen().await?;
+            self.outstanding = ahead;
+            t
+        };
+        if !self.handle(tk, token, cached, ctx)? {
+            backend.cancel();
+            self.outstanding = false;
+        }
+        Ok(())
+    }
+
+    /// After a failed pipelined step: steps in flight are dropped with what they ran,
+    /// and decode goes on one step at a time from the last token handled.
+    fn unchain<B: Backend>(&mut self, backend: &mut B) {
+        if self.outstanding {
+            backend.cancel();
+            self.outstanding = false;
+            if self.ready.is_none() {
+                self.to_run = self.history.last().copied();
+            }
+        }
+        self.chained = false;
+    }
+
+    /// Counts `token`, queues its text and decides whether the reply goes on (the
+    /// cache then holding `cached` tokens before it, of a context of `ctx`).
+    fn handle(&mut self, tk: &Tokenizer, token: u32, cached: usize, ctx: usize) -> Result<bool> {
         self.usage.generated_tokens += 1;
         if tk.stop_tokens().contains(&token) {
-            return self.finish(tk, FinishReason::Stop);
+            self.finish(tk, FinishReason::Stop)?;
+            return Ok(false);
         }
         self.history.push(token);
         let (piece, hit) = self.stops.push(&self.text.push(tk, token)?);
@@ -293,14 +479,13 @@ impl Generation {
             // Nothing after a stop string is emitted.
             self.usage.decode_ms = ms_since(self.started);
             self.finished = Some(FinishReason::Stop);
-            return Ok(());
+            return Ok(false);
         }
-        let full = backend.tokens().len() + 1 >= backend.context_length();
-        if self.usage.generated_tokens >= self.opts.max_tokens || full {
-            return self.finish(tk, FinishReason::Length);
+        if self.usage.generated_tokens >= self.opts.max_tokens || cached + 1 >= ctx {
+            self.finish(tk, FinishReason::Length)?;
+            return Ok(false);
         }
-        self.to_run = Some(token);
-        Ok(())
+        Ok(true)
     }
 
     /// Ends with `reason`, emitting text still held back (a partial character, a

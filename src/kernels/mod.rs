@@ -34,6 +34,7 @@ pub enum Shader {
     Glu,
     TopK,
     Penalty,
+    Choose,
 }
 
 /// How a kernel uses each binding, in binding order.
@@ -68,6 +69,7 @@ impl Shader {
             Shader::Glu => include_str!("../../shaders/glu.wgsl"),
             Shader::TopK => include_str!("../../shaders/topk.wgsl"),
             Shader::Penalty => include_str!("../../shaders/penalty.wgsl"),
+            Shader::Choose => include_str!("../../shaders/choose.wgsl"),
         }
     }
 
@@ -92,7 +94,10 @@ impl Shader {
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
             Shader::AttentionReduce | Shader::Glu => &[U, R, W],
             Shader::TopK => &[U, R, R, W],
-            Shader::Penalty => &[U, R, W],
+            // step, the penalized ids, the logits, the step's input token.
+            Shader::Penalty => &[U, R, W, R],
+            // step, top-k's candidates, the token buffer (its first id is written).
+            Shader::Choose => &[U, R, W],
         }
     }
 }
@@ -443,7 +448,8 @@ pub fn grid(n: u32) -> [u32; 3] {
 }
 
 /// The per-step values every kernel reads from its uniform (binding 0), with the
-/// per-call choices a decode step needs (candidates kept, repetition penalty).
+/// per-call choices a decode step needs (candidates kept, repetition penalty, how
+/// `choose.wgsl` picks the next token).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Step {
@@ -455,7 +461,16 @@ pub struct Step {
     pub top_k: u32,
     /// The repetition penalty `penalty.wgsl` applies (1 = none).
     pub penalty: f32,
-    pub pad: [u32; 2],
+    /// 1: the step's input token (chosen on the GPU by the step before, unknown to
+    /// the CPU) is penalized too, besides the listed ids.
+    pub penalize_input: u32,
+    /// Sampling temperature (0 = greedy), top-p (1 = off), min-p (0 = off).
+    pub temperature: f32,
+    pub top_p: f32,
+    pub min_p: f32,
+    /// The step's uniform draw in [0, 1), from the sampler's seeded generator.
+    pub u: f32,
+    pub pad: u32,
 }
 
 impl Step {
@@ -468,7 +483,12 @@ impl Step {
             n_splits: kv_len.div_ceil(attention::CHUNK),
             top_k: 1,
             penalty: 1.0,
-            pad: [0; 2],
+            penalize_input: 0,
+            temperature: 0.0,
+            top_p: 1.0,
+            min_p: 0.0,
+            u: 0.0,
+            pad: 0,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! Sampling support on the GPU so decode reads back a few (id, logit) pairs instead of
-//! the logits: top-k selection (`topk.wgsl`, k = 1 is argmax) and the repetition
-//! penalty (`penalty.wgsl`). CPU reference: `sampler`.
+//! Sampling on the GPU, so decode reads back a few (id, logit) pairs or one chosen id
+//! instead of the logits: top-k selection (`topk.wgsl`, k = 1 is argmax), the
+//! repetition penalty (`penalty.wgsl`) and the pick itself (`choose.wgsl`).
+//! CPU reference: `sampler`.
 
 use super::{Kernels, Shader};
 use crate::error::Result;
@@ -90,14 +91,36 @@ pub fn decode_pairs(bytes: &[u8], vocab: usize) -> Vec<(u32, f32)> {
 
 /// Applies the repetition penalty `step.penalty` to `logits` for the listed token ids
 /// (`ids` holds the count, then distinct ids; a count of 0 changes nothing).
+/// With `step.penalize_input`, `tokens[0]` (the step's input, chosen on the GPU) is
+/// penalized too unless listed.
 pub fn penalty(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
     step: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     logits: &wgpu::Buffer,
+    tokens: &wgpu::Buffer,
 ) -> Result<()> {
     let pipe = k.pipe(Shader::Penalty, &[])?;
-    k.dispatch(pass, &pipe, &[step, ids, logits], [1, 1, 1]);
+    k.dispatch(pass, &pipe, &[step, ids, logits, tokens], [1, 1, 1]);
     Ok(())
+}
+
+impl TopK {
+    /// Picks the next token from `out` (`choose.wgsl`: greedy, or the step's
+    /// temperature, top-p, min-p and draw) into `tokens[0]`.
+    pub fn choose(
+        &self,
+        k: &Kernels,
+        pass: &mut wgpu::ComputePass,
+        step: &wgpu::Buffer,
+        tokens: &wgpu::Buffer,
+    ) -> Result<()> {
+        let pipe = k.pipe(
+            Shader::Choose,
+            &[("VOCAB", self.vocab as f64), ("MAX_K", MAX_K as f64)],
+        )?;
+        k.dispatch(pass, &pipe, &[step, &self.out, tokens], [1, 1, 1]);
+        Ok(())
+    }
 }

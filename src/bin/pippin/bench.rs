@@ -156,10 +156,19 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
     Ok(rows)
 }
 
-/// Prefill tokens/s over a `prompt`-token prompt, decode tokens/s over `steps`, and
-/// the GPU objects those decode steps created, on the engine's session (its context
-/// must hold prompt + steps + 1).
-pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64, u64)> {
+/// Model-level rates: prefill and decode tokens/s, decode pipelined (each step
+/// submitted before the last one's token is read), GPU objects per decode step.
+pub struct Rates {
+    pub prefill: f64,
+    pub decode: f64,
+    pub pipelined: f64,
+    pub created: u64,
+}
+
+/// Prefill tokens/s over a `prompt`-token prompt, decode tokens/s over `steps` (one
+/// at a time, then pipelined), and the GPU objects the decode steps created, on the
+/// engine's session (its context must hold prompt + steps + 1).
+pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<Rates> {
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
     let gpu_created = e.model().gpu.created.clone();
     let mut s = e.backend()?;
@@ -178,7 +187,21 @@ pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64, u
     }
     let secs = t.elapsed().as_secs_f64();
     let created = gpu_created.load(std::sync::atomic::Ordering::Relaxed) - before;
-    Ok((prefill, steps as f64 / secs, created))
+    s.truncate(prompt);
+    let t = Instant::now();
+    s.submit(&[42], greedy())?;
+    for _ in 1..steps {
+        s.submit(&[], greedy())?;
+        pollster::block_on(s.chosen())?;
+    }
+    pollster::block_on(s.chosen())?;
+    let pipelined = steps as f64 / t.elapsed().as_secs_f64();
+    Ok(Rates {
+        prefill,
+        decode: steps as f64 / secs,
+        pipelined,
+        created,
+    })
 }
 
 /// The whole model's figures.
@@ -197,16 +220,13 @@ pub struct Figures {
     pub cpu_us_per_step_unrecorded: f64,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    pub pipelined_tokens_per_s: f64,
     pub prompt: usize,
     pub steps: usize,
 }
 
 fn greedy() -> Want<'static> {
-    Want {
-        top_k: Some(1),
-        penalty: 1.0,
-        penalty_ids: &[],
-    }
+    Want::top(1)
 }
 
 /// Runs the model (`model`), counts the GPU objects its steady decode steps create,
@@ -219,11 +239,11 @@ pub fn figures(
 ) -> Result<Figures> {
     let (total, outside) = e.decode_dispatches()?;
     let layers = e.config().n_layers;
-    let (prefill, decode, created) = model(e, prompt, steps)?;
+    let rates = model(e, prompt, steps)?;
     // The same run with a decode step's kernels apart (the "before" of fusion).
     e.parts()?.1.set_fused(false);
     let (unfused_total, _) = e.decode_dispatches()?;
-    let (_, unfused_decode, _) = model(e, prompt, steps)?;
+    let unfused_decode = model(e, prompt, steps)?.decode;
     e.parts()?.1.set_fused(true);
     let (recorded, unrecorded) = noop_step_us(path)?;
     Ok(Figures {
@@ -235,11 +255,12 @@ pub fn figures(
         unfused_dispatches_per_step: unfused_total,
         unfused_dispatches_per_layer: (unfused_total - outside) as f64 / layers as f64,
         unfused_decode_tokens_per_s: unfused_decode,
-        objects_per_step: created as f64 / steps.max(1) as f64,
+        objects_per_step: rates.created as f64 / steps.max(1) as f64,
         cpu_us_per_step: recorded,
         cpu_us_per_step_unrecorded: unrecorded,
-        prefill_tokens_per_s: prefill,
-        decode_tokens_per_s: decode,
+        prefill_tokens_per_s: rates.prefill,
+        decode_tokens_per_s: rates.decode,
+        pipelined_tokens_per_s: rates.pipelined,
         prompt,
         steps,
     })
@@ -289,6 +310,7 @@ impl Figures {
                 "cpu_us_per_step": self.cpu_us_per_step,
                 "cpu_us_per_step_unrecorded": self.cpu_us_per_step_unrecorded,
                 "tokens_per_s": self.decode_tokens_per_s,
+                "pipelined_tokens_per_s": self.pipelined_tokens_per_s,
                 "steps": self.steps,
                 "unfused": {
                     "dispatches_per_step": self.unfused_dispatches_per_step,
@@ -308,8 +330,12 @@ impl std::fmt::Display for Figures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "whole model: prefill {:.1} tokens/s ({}-token prompt), decode {:.1} tokens/s ({} steps)",
-            self.prefill_tokens_per_s, self.prompt, self.decode_tokens_per_s, self.steps
+            "whole model: prefill {:.1} tokens/s ({}-token prompt), decode {:.1} tokens/s ({} steps), pipelined {:.1} tokens/s",
+            self.prefill_tokens_per_s,
+            self.prompt,
+            self.decode_tokens_per_s,
+            self.steps,
+            self.pipelined_tokens_per_s
         )?;
         writeln!(
             f,

@@ -341,6 +341,6 @@ impl GpuSession {
             elementwise::rmsnorm(k, pass, &b.step, w, &b.x, &b.last, h, eps, n, out)?;
             matmul::gemv(k, pass, &b.step, m.head(), &io(&b.last))?;
         }
-        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits)
+        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits, &b.tokens)
     }
 }
