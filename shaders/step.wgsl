@@ -14,7 +14,7 @@ struct Step {
     top_p: f32,
     min_p: f32,
     u: f32,
-    pad: u32,
+    masked: u32,
 }
 
 @group(0) @binding(0) var<uniform> step: Step;

@@ -3,11 +3,14 @@
 // logits and keeps its best top_k in a slot of MAX_K; pass 2: one workgroup takes all
 // the slots' candidates. Each round picks the best item below the previous pick in the
 // order (value descending, id ascending), so no item needs to be stored or sorted.
+// Guided generation (step.masked): pass 1 skips the tokens whose bit in `mask` is
+// clear, so they are never candidates (fewer allowed tokens than k leave filler).
 
 #include "step.wgsl"
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read> cand_in: array<vec2<u32>>;   // (id, f32 bits)
 @group(0) @binding(3) var<storage, read_write> cand_out: array<vec2<u32>>;
+@group(0) @binding(4) var<storage, read> mask: array<u32>;  // bit t % 32 of word t / 32
 
 override FIRST: bool = true;
 override N: u32;          // items in all: logits (pass 1) or candidate slots (pass 2)
@@ -22,6 +25,9 @@ var<workgroup> best_i: array<u32, 256>;
 // Item j, or a filler that ranks last (a pass-1 slot past its top_k).
 fn item(j: u32) -> vec2<u32> {
     if FIRST {
+        if step.masked != 0u && (mask[j / 32u] & (1u << (j % 32u))) == 0u {
+            return vec2<u32>(0xffffffffu, bitcast<u32>(NEG));
+        }
         return vec2<u32>(j, bitcast<u32>(logits[j]));
     }
     if j % MAX_K >= ksel() {

@@ -18,6 +18,9 @@ pub enum Error {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
+    /// A response format (JSON Schema, regex, grammar) that cannot be used.
+    #[error("response format: {0}")]
+    Grammar(String),
     /// A reply owns the model: the call was refused (calls are not queued).
     #[error("{0}")]
     Busy(String),

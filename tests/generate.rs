@@ -226,7 +226,7 @@ fn a_failed_step_is_an_error_and_a_retry_goes_on() {
         calls: 0,
         fail_at: 3,
     };
-    let mut g = pollster::block_on(engine::Generation::start(&mut b, &ids, &opts)).unwrap();
+    let mut g = pollster::block_on(engine::Generation::start(&mut b, &tk, &ids, &opts)).unwrap();
     let (mut text, mut errors) = (String::new(), 0);
     loop {
         match pollster::block_on(g.next(&mut b, &tk)) {

@@ -508,6 +508,50 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
     }
 }
 
+/// Guided generation's mask in `topk.wgsl`: only allowed tokens are candidates (as
+/// the CPU filters them), fewer allowed than k leave filler that is dropped, and a
+/// mask shorter than the vocabulary allows nothing past it.
+#[test]
+fn topk_keeps_only_masked_in_tokens() {
+    let c = ctx();
+    for (vocab, kk, every, mask_len) in [
+        (49152, 1, 3, 49152),
+        (49152, 64, 7, 49152),
+        (3000, 64, 500, 3000), // 6 allowed < k
+        (1000, 5, 2, 900),     // the mask covers 900 tokens only
+        (33, 64, 1, 33),
+    ] {
+        let logits = values(vocab, vocab as u64 + 7);
+        let allowed = |t: usize| t.is_multiple_of(every) && t < mask_len;
+        let mut mask = vec![0u32; mask_len.div_ceil(32)];
+        for t in (0..mask_len).filter(|&t| allowed(t)) {
+            mask[t / 32] |= 1 << (t % 32);
+        }
+        let top = sample::TopK::new(&c.gpu, vocab).unwrap();
+        top.write_mask(&c.gpu, &mask);
+        let lb = c.buf(&logits);
+        let step = c.gpu.uniform(
+            "step",
+            bytemuck::bytes_of(&pippin::kernels::Step {
+                top_k: kk as u32,
+                masked: 1,
+                ..pippin::kernels::Step::new(1, 0)
+            }),
+        );
+        c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+        let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
+        let got = sample::decode_pairs(&bytes, vocab);
+        let mut want: Vec<(u32, f32)> = (0..vocab)
+            .filter(|&t| allowed(t))
+            .map(|t| (t as u32, logits[t]))
+            .collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        want.truncate(kk);
+        assert!(!want.is_empty());
+        assert_eq!(got, want, "vocab {vocab} k {kk} every {every}");
+    }
+}
+
 #[test]
 fn penalty_matches_the_sampler() {
     let c = ctx();

@@ -230,7 +230,7 @@ fn a_failed_read_is_an_error_and_a_retry_goes_on() {
         reads: 0,
         fail_at: 4,
     };
-    let mut g = pollster::block_on(engine::Generation::start(&mut b, &ids, &opts)).unwrap();
+    let mut g = pollster::block_on(engine::Generation::start(&mut b, tk, &ids, &opts)).unwrap();
     let (mut text, mut errors) = (String::new(), 0);
     loop {
         match pollster::block_on(g.next(&mut b, tk)) {
@@ -248,4 +248,33 @@ fn a_failed_read_is_an_error_and_a_retry_goes_on() {
     assert_eq!(errors, 1);
     assert_eq!(text, want.text);
     assert_eq!(b.tokens(), &want.cached[..]);
+}
+
+/// Sessions sharing one model on several threads: each records its decode plan while
+/// the others dispatch, and each writes what it writes alone (a plan recorded while
+/// another thread dispatched once picked up that thread's dispatches).
+#[test]
+fn sessions_on_threads_record_only_their_own_dispatches() {
+    let opts = GenerateOptions {
+        max_tokens: 6,
+        ..Default::default()
+    };
+    let (m, tk) = model();
+    let ids = tk.encode_prompt("The capital of France is", false).unwrap();
+    let mut s = session(64);
+    let alone = generate(&mut GpuBackend::new(m, &mut s), &ids, &opts);
+    let runs: Vec<Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut s = session(64);
+                    generate(&mut GpuBackend::new(m, &mut s), &ids, &opts)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in runs {
+        assert_eq!(r, alone);
+    }
 }

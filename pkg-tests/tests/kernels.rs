@@ -337,6 +337,40 @@ async fn topk_selects_the_largest() {
     assert_eq!(got, want);
 }
 
+/// Guided generation's mask in Chromium: only allowed tokens are candidates.
+#[wasm_bindgen_test]
+async fn topk_keeps_only_masked_in_tokens() {
+    let c = ctx().await;
+    let (vocab, kk) = (3000, 16);
+    let logits = values(vocab, 11);
+    let allowed = |t: usize| t % 5 == 1;
+    let mut mask = vec![0u32; vocab.div_ceil(32)];
+    for t in (0..vocab).filter(|&t| allowed(t)) {
+        mask[t / 32] |= 1 << (t % 32);
+    }
+    let top = sample::TopK::new(&c.gpu, vocab).unwrap();
+    top.write_mask(&c.gpu, &mask);
+    let lb = c.buf(&logits);
+    let step = c.gpu.uniform(
+        "step",
+        bytemuck::bytes_of(&Step {
+            top_k: kk as u32,
+            masked: 1,
+            ..Step::new(1, 0)
+        }),
+    );
+    c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+    let bytes = c.gpu.read(&top.out, 0, (kk * 8) as u64).await.unwrap();
+    let got = sample::decode_pairs(&bytes, vocab);
+    let mut want: Vec<(u32, f32)> = (0..vocab)
+        .filter(|&t| allowed(t))
+        .map(|t| (t as u32, logits[t]))
+        .collect();
+    want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    want.truncate(kk);
+    assert_eq!(got, want);
+}
+
 /// The GPU's pick (`choose.wgsl`) is the sampler's for the same candidates and draw
 /// (pipelined decode relies on it), skipping draws within 1e-5 of a boundary.
 #[wasm_bindgen_test]

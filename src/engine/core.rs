@@ -260,7 +260,7 @@ impl Engine {
         let adapter = self.adapter(adapter)?;
         let mut backend =
             GpuBackend::with_adapter(&self.model, &mut self.session, adapter.as_deref());
-        let generation = Generation::start(&mut backend, &ids, opts).await?;
+        let generation = Generation::start(&mut backend, &self.tokenizer, &ids, opts).await?;
         let id = self.next_id;
         self.next_id += 1;
         self.ended = None;

@@ -453,6 +453,10 @@ impl GpuSession {
             step.top_p = w.pick.top_p;
             step.min_p = w.pick.min_p;
             step.u = w.pick.u;
+            if let (Some(mask), Some(_)) = (w.mask, w.top_k) {
+                self.topk.write_mask(g, mask);
+                step.masked = 1;
+            }
         }
         if !tokens.is_empty() {
             g.queue

@@ -17,6 +17,7 @@ pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
+use crate::guide::{Guide, ResponseFormat};
 pub use crate::sampler::Logits;
 use crate::sampler::{Sampler, SamplerOptions};
 
@@ -38,6 +39,10 @@ pub struct Want<'a> {
     pub penalty_ids: &'a [u32],
     /// How a backend that picks the next token itself (`Backend::submit`) picks it.
     pub pick: Pick,
+    /// Guided generation: only tokens whose bit is set may be picked (bit `t % 32` of
+    /// word `t / 32`), applied where candidates are selected. Full logits are
+    /// returned unmasked (the generate loop masks them).
+    pub mask: Option<&'a [u32]>,
 }
 
 impl Want<'_> {
@@ -47,6 +52,7 @@ impl Want<'_> {
             penalty: 1.0,
             penalty_ids: &[],
             pick: Pick::default(),
+            mask: None,
         }
     }
 
@@ -133,6 +139,9 @@ pub struct GenerateOptions {
     pub sampler: SamplerOptions,
     /// Generation ends before any of these strings; the string itself is not emitted.
     pub stop: Vec<String>,
+    /// The shape the reply must have (guided generation); it ends ("stop") when the
+    /// shape is complete.
+    pub response_format: Option<ResponseFormat>,
 }
 
 impl Default for GenerateOptions {
@@ -141,6 +150,7 @@ impl Default for GenerateOptions {
             max_tokens: 256,
             sampler: SamplerOptions::default(),
             stop: Vec::new(),
+            response_format: None,
         }
     }
 }
@@ -223,6 +233,9 @@ pub struct Generation {
     ready: Option<u32>,
     /// A submitted step whose pick is still to be read.
     outstanding: bool,
+    /// Guided generation: the tokens allowed next (decode is then not pipelined:
+    /// each mask depends on the token before).
+    guide: Option<Guide>,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
@@ -233,10 +246,16 @@ impl Generation {
     /// part already in the backend's KV cache is not run again).
     pub async fn start<B: Backend>(
         backend: &mut B,
+        tk: &Tokenizer,
         prompt: &[u32],
         opts: &GenerateOptions,
     ) -> Result<Generation> {
         opts.sampler.validate().map_err(Error::invalid)?;
+        // Before any token: an invalid or unsatisfiable format fails here.
+        let guide = match &opts.response_format {
+            Some(f) => tk.guide(f)?,
+            None => None,
+        };
         if prompt.is_empty() {
             return Err(Error::invalid("the prompt is empty"));
         }
@@ -273,9 +292,10 @@ impl Generation {
             },
             logits: None,
             to_run: None,
-            chained: backend.chains(),
+            chained: backend.chains() && guide.is_none(),
             ready: None,
             outstanding: false,
+            guide,
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
@@ -307,13 +327,31 @@ impl Generation {
             .await
     }
 
-    fn want<'a>(&self, ids: &'a [u32], pick: Pick) -> Want<'a> {
+    fn want<'a>(&'a self, ids: &'a [u32], pick: Pick) -> Want<'a> {
         Want {
             top_k: Some(self.top_k),
             penalty: self.opts.sampler.repetition_penalty,
             penalty_ids: ids,
             pick,
+            mask: self.guide.as_ref().map(Guide::mask),
         }
+    }
+
+    /// Picks from a step's result. Guided, full logits are masked here (a backend
+    /// that selects candidates masked them already): the penalty first, as unguided,
+    /// then the allowed tokens alone, best first, are the candidates.
+    fn choose(&mut self, logits: Logits) -> u32 {
+        let logits = match (&self.guide, logits) {
+            (Some(g), Logits::Full(mut l)) => {
+                self.sampler.penalize(&mut l, &self.history);
+                let mut allowed: Vec<(u32, f32)> =
+                    (0u32..).zip(l).filter(|(t, _)| g.allows(*t)).collect();
+                allowed.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                Logits::Top(allowed)
+            }
+            (_, l) => l,
+        };
+        self.sampler.choose(logits, &self.history)
     }
 
     /// How the device picks the next token: the sampler's settings and its next
@@ -386,7 +424,7 @@ impl Generation {
         }
         let token = match (self.ready.take(), self.logits.take()) {
             (Some(t), _) => t,
-            (None, Some(logits)) => self.sampler.choose(logits, &self.history),
+            (None, Some(logits)) => self.choose(logits),
             (None, None) => return self.finish(tk, FinishReason::Length),
         };
         let cached = backend.tokens().len();
@@ -466,10 +504,20 @@ impl Generation {
     /// cache then holding `cached` tokens before it, of a context of `ctx`).
     fn handle(&mut self, tk: &Tokenizer, token: u32, cached: usize, ctx: usize) -> Result<bool> {
         self.usage.generated_tokens += 1;
+        if self.guide.as_ref().is_some_and(|g| !g.allows(token)) {
+            // Only when no candidate was allowed: never text outside the format.
+            return Err(Error::Grammar(format!(
+                "token {token} is outside the response format (the model gave no allowed token)"
+            )));
+        }
         if tk.stop_tokens().contains(&token) {
             self.finish(tk, FinishReason::Stop)?;
             return Ok(false);
         }
+        let complete = match &mut self.guide {
+            Some(g) => g.accept(token)?,
+            None => false,
+        };
         self.history.push(token);
         let (piece, hit) = self.stops.push(&self.text.push(tk, token)?);
         if !piece.is_empty() {
@@ -479,6 +527,10 @@ impl Generation {
             // Nothing after a stop string is emitted.
             self.usage.decode_ms = ms_since(self.started);
             self.finished = Some(FinishReason::Stop);
+            return Ok(false);
+        }
+        if complete {
+            self.finish(tk, FinishReason::Stop)?;
             return Ok(false);
         }
         if self.usage.generated_tokens >= self.opts.max_tokens || cached + 1 >= ctx {
@@ -512,7 +564,7 @@ pub async fn generate<B: Backend>(
     opts: &GenerateOptions,
     mut on_text: impl FnMut(&str, u32) -> bool,
 ) -> Result<(FinishReason, Usage)> {
-    let mut g = Generation::start(backend, prompt, opts).await?;
+    let mut g = Generation::start(backend, tk, prompt, opts).await?;
     loop {
         match g.next(backend, tk).await? {
             Event::Text { text, token } => {

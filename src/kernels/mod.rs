@@ -93,7 +93,7 @@ impl Shader {
             Shader::KvWrite => &[U, W, W, W, W, R],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
             Shader::AttentionReduce | Shader::Glu => &[U, R, W],
-            Shader::TopK => &[U, R, R, W],
+            Shader::TopK => &[U, R, R, W, R],
             // step, the penalized ids, the logits, the step's input token.
             Shader::Penalty => &[U, R, W, R],
             // step, top-k's candidates, the token buffer (its first id is written).
@@ -223,8 +223,10 @@ pub struct Kernels {
     device: wgpu::Device,
     modules: Mutex<HashMap<Shader, Arc<Module>>>,
     pipes: Mutex<HashMap<PipeKey, Arc<Pipe>>>,
-    /// Where dispatches also go while a plan is being recorded.
-    recording: Mutex<Option<Vec<Recorded>>>,
+    /// Where dispatches also go while a plan is being recorded, by the thread that
+    /// records it: sessions sharing a model on other threads keep their own
+    /// dispatches out of it.
+    recording: Mutex<HashMap<std::thread::ThreadId, Vec<Recorded>>>,
     /// The device's count of created objects (see `Gpu::created`).
     created: Arc<AtomicU64>,
 }
@@ -275,13 +277,17 @@ impl Kernels {
     /// pass `f` gets is a throwaway one (its commands are never submitted).
     pub fn record(&self, f: impl FnOnce(&mut wgpu::ComputePass) -> Result<()>) -> Result<Plan> {
         let poisoned = |_| Error::gpu("kernel cache poisoned");
-        *self.recording.lock().map_err(poisoned)? = Some(Vec::new());
+        let me = std::thread::current().id();
+        self.recording
+            .lock()
+            .map_err(poisoned)?
+            .insert(me, Vec::new());
         let mut enc = self.device.create_command_encoder(&Default::default());
         let result = {
             let mut pass = enc.begin_compute_pass(&Default::default());
             f(&mut pass)
         };
-        let steps = self.recording.lock().map_err(poisoned)?.take();
+        let steps = self.recording.lock().map_err(poisoned)?.remove(&me);
         result.map(|()| Plan {
             steps: steps.unwrap_or_default(),
         })
@@ -420,7 +426,10 @@ impl Kernels {
         });
         self.count(1);
         if let Ok(mut rec) = self.recording.lock() {
-            if let Some(steps) = rec.as_mut() {
+            let mine = (!rec.is_empty())
+                .then(|| rec.get_mut(&std::thread::current().id()))
+                .flatten();
+            if let Some(steps) = mine {
                 steps.push(Recorded {
                     pipeline: pipe.pipeline.clone(),
                     bind_group: bg.clone(),
@@ -470,7 +479,9 @@ pub struct Step {
     pub min_p: f32,
     /// The step's uniform draw in [0, 1), from the sampler's seeded generator.
     pub u: f32,
-    pub pad: u32,
+    /// 1: `topk.wgsl` keeps only tokens whose bit is set in its mask (guided
+    /// generation).
+    pub masked: u32,
 }
 
 impl Step {
@@ -488,7 +499,7 @@ impl Step {
             top_p: 1.0,
             min_p: 0.0,
             u: 0.0,
-            pad: 0,
+            masked: 0,
         }
     }
 }

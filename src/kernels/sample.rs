@@ -19,6 +19,8 @@ pub struct TopK {
     stage1: wgpu::Buffer,
     pub out: wgpu::Buffer,
     dummy: wgpu::Buffer,
+    /// The allowed tokens of a guided step, a bit each (read when `step.masked`).
+    pub mask: wgpu::Buffer,
 }
 
 impl TopK {
@@ -29,7 +31,18 @@ impl TopK {
             stage1: gpu.storage("top-k stage 1", (chunks * MAX_K * 8) as u64)?,
             out: gpu.storage("top-k", (MAX_K * 8) as u64)?,
             dummy: gpu.storage("top-k dummy", 8)?,
+            mask: gpu.storage("top-k mask", (mask_words(vocab) * 4) as u64)?,
         })
+    }
+
+    /// Writes a guided step's mask (bits past `mask` are clear: those tokens are not
+    /// allowed); the step's `masked` turns it on.
+    pub fn write_mask(&self, gpu: &Gpu, mask: &[u32]) {
+        let mut words = vec![0u32; mask_words(self.vocab)];
+        let n = words.len().min(mask.len());
+        words[..n].copy_from_slice(&mask[..n]);
+        gpu.queue
+            .write_buffer(&self.mask, 0, bytemuck::cast_slice(&words));
     }
 
     /// Selects the `step.top_k` largest of `logits` (vocab floats) into `out` as (id,
@@ -54,7 +67,7 @@ impl TopK {
         k.dispatch(
             pass,
             &p1,
-            &[step, logits, &self.dummy, &self.stage1],
+            &[step, logits, &self.dummy, &self.stage1, &self.mask],
             [chunks as u32, 1, 1],
         );
         let n2 = chunks * MAX_K;
@@ -70,11 +83,16 @@ impl TopK {
         k.dispatch(
             pass,
             &p2,
-            &[step, &self.dummy, &self.stage1, &self.out],
+            &[step, &self.dummy, &self.stage1, &self.out, &self.mask],
             [1, 1, 1],
         );
         Ok(())
     }
+}
+
+/// Words of a mask with a bit per token.
+pub fn mask_words(vocab: usize) -> usize {
+    vocab.div_ceil(32).max(1)
 }
 
 /// Decodes `kk` read-back pairs, dropping the filler of a vocabulary smaller than k.

@@ -1,6 +1,7 @@
 //! Text ↔ token ids with the `tokenizers` crate, built from the GGUF's own metadata or
 //! from a `tokenizer.json`; chat templates; streaming detokenization.
 
+mod bytes;
 mod chat;
 mod chat_ids;
 mod from_gguf;
@@ -13,7 +14,9 @@ pub use stream::TextStream;
 
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
+use crate::guide::{Grammars, Guide, ResponseFormat};
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 /// Gemma's turn format, for Gemma files that carry no template (the 270M GGUF does
 /// not): a system message opens the first user turn; the assistant is "model".
@@ -53,6 +56,8 @@ pub struct Tokenizer {
     chat: Option<ChatTemplate>,
     /// Special-token texts by first character, longest first (chat markup).
     specials: HashMap<char, Vec<(String, u32)>>,
+    /// The vocabulary compiled for guided generation, built on first use.
+    grammars: OnceLock<Arc<Grammars>>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -119,6 +124,7 @@ impl Tokenizer {
             stop,
             chat,
             specials,
+            grammars: OnceLock::new(),
         })
     }
 
@@ -164,6 +170,31 @@ impl Tokenizer {
     /// Tokens that end generation (EOS, end of turn).
     pub fn stop_tokens(&self) -> &[u32] {
         &self.stop
+    }
+
+    /// A guide for a reply of shape `format` (`None`: plain text). The vocabulary is
+    /// compiled for it once (tens of milliseconds), on the first guided reply.
+    pub fn guide(&self, format: &ResponseFormat) -> Result<Option<Guide>> {
+        if *format == ResponseFormat::Text {
+            return Ok(None);
+        }
+        self.grammars()?.guide(format)
+    }
+
+    fn grammars(&self) -> Result<Arc<Grammars>> {
+        if let Some(g) = self.grammars.get() {
+            return Ok(g.clone());
+        }
+        let eos = [self.ids.eos, self.ids.eot]
+            .into_iter()
+            .flatten()
+            .chain(self.stop.first().copied())
+            .next()
+            .ok_or_else(|| {
+                Error::Grammar("this model has no end-of-text token to end a guided reply".into())
+            })?;
+        let g = Arc::new(Grammars::new(&self.token_bytes()?, eos, &self.stop)?);
+        Ok(self.grammars.get_or_init(|| g).clone())
     }
 
     pub fn chat_template(&self) -> Option<&ChatTemplate> {

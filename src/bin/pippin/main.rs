@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use pippin::engine::{self, CpuSession, Engine, GenerateOptions, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
+use pippin::guide::ResponseFormat;
 use pippin::model::{load_reference, Config};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
@@ -126,6 +127,42 @@ struct GenerateArgs {
     /// Stop before this string (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// Guided generation: the reply is JSON valid under the JSON Schema in FILE.
+    #[arg(long, value_name = "FILE", group = "format")]
+    json_schema: Option<PathBuf>,
+    /// Guided generation: the reply is some JSON object.
+    #[arg(long, group = "format")]
+    json_object: bool,
+    /// Guided generation: the reply matches this regular expression as a whole.
+    #[arg(long, value_name = "RE", group = "format")]
+    regex: Option<String>,
+    /// Guided generation: the reply follows the Lark grammar in FILE.
+    #[arg(long, value_name = "FILE", group = "format")]
+    grammar: Option<PathBuf>,
+}
+
+/// The response format the flags ask for.
+fn response_format(a: &GenerateArgs) -> Result<Option<ResponseFormat>> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p)
+            .map_err(|e| Error::invalid(format!("cannot read {}: {e}", p.display())))
+    };
+    Ok(if let Some(p) = &a.json_schema {
+        let schema = serde_json::from_str(&read(p)?)
+            .map_err(|e| Error::invalid(format!("{} is not JSON: {e}", p.display())))?;
+        Some(ResponseFormat::JsonSchema {
+            schema,
+            strict: None,
+        })
+    } else if a.json_object {
+        Some(ResponseFormat::JsonObject)
+    } else if let Some(r) = &a.regex {
+        Some(ResponseFormat::Regex { pattern: r.clone() })
+    } else if let Some(p) = &a.grammar {
+        Some(ResponseFormat::Grammar { grammar: read(p)? })
+    } else {
+        None
+    })
 }
 
 fn main() {
@@ -188,6 +225,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             ..Default::default()
         },
         stop: a.stop.clone(),
+        response_format: response_format(&a)?,
     };
     let mut out = std::io::stdout().lock();
     // A closed pipe (e.g. `| head`) ends generation quietly.

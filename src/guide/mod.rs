@@ -1,0 +1,235 @@
+//! Guided generation: the answer's shape (a JSON Schema, any JSON object, a regular
+//! expression or a Lark grammar) compiled by `llguidance` into a parser that gives,
+//! before each token, the set of tokens that keep the text valid. The generate loop
+//! applies that set to the logits before sampling (on the GPU as a bitmask in the
+//! top-k kernel, on the CPU to the full logits) and feeds each accepted token back.
+//!
+//! This layer knows tokens only as bytes (`Grammars::new`); the tokenizer builds one
+//! `Grammars` per vocabulary and keeps it.
+
+use crate::error::{Error, Result};
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
+use llguidance::{Matcher, ParserFactory};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// The shape a reply must have (`responseFormat` in JavaScript).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// A JSON value valid under `schema`. A keyword the grammar cannot express
+    /// (`uniqueItems`, ...) is an error, unless `strict` is false: then it is ignored
+    /// (the rest is still enforced).
+    JsonSchema {
+        schema: Value,
+        #[serde(default)]
+        strict: Option<bool>,
+    },
+    /// Any JSON object.
+    JsonObject,
+    /// Text matching the regular expression as a whole (Rust `regex` syntax).
+    Regex { pattern: String },
+    /// A Lark-style grammar (llguidance's dialect: `start: ...`).
+    Grammar { grammar: String },
+    /// No constraint (OpenAI's `{ type: "text" }`).
+    Text,
+}
+
+impl ResponseFormat {
+    /// The grammar llguidance compiles; `None` for plain text.
+    fn grammar(&self) -> Result<Option<TopLevelGrammar>> {
+        Ok(Some(match self {
+            ResponseFormat::JsonSchema { schema, strict } => {
+                if !schema.is_object() && !schema.is_boolean() {
+                    return Err(Error::Grammar(
+                        "a JSON Schema is an object (or true/false)".into(),
+                    ));
+                }
+                let lenient = *strict == Some(false);
+                TopLevelGrammar::from_json_schema(options(schema.clone(), lenient))
+            }
+            ResponseFormat::JsonObject => {
+                TopLevelGrammar::from_json_schema(options(json!({"type": "object"}), false))
+            }
+            ResponseFormat::Regex { pattern } => TopLevelGrammar::from_regex(pattern),
+            ResponseFormat::Grammar { grammar } => {
+                if grammar.trim().is_empty() {
+                    return Err(Error::Grammar("the grammar is empty".into()));
+                }
+                TopLevelGrammar::from_lark(grammar.clone())
+            }
+            ResponseFormat::Text => return Ok(None),
+        }))
+    }
+}
+
+/// The compiler's options, in the schema's `x-guidance` (the schema's own win): JSON
+/// without free whitespace between tokens (a small model offered optional whitespace
+/// can spend its whole budget on it); `lenient` ignores keywords the grammar cannot
+/// express (`uniqueItems`, ...) instead of refusing the schema.
+fn options(mut schema: Value, lenient: bool) -> Value {
+    bound_numbers(&mut schema);
+    if let Some(o) = schema.as_object_mut() {
+        let g = o.entry("x-guidance").or_insert_with(|| json!({}));
+        if let Some(g) = g.as_object_mut() {
+            g.entry("whitespace_flexible").or_insert(json!(false));
+            g.entry("lenient").or_insert(json!(lenient));
+        }
+    }
+    schema
+}
+
+/// The step of a JSON number whose schema sets no `multipleOf`: at most 6 fractional
+/// digits (llama.cpp's JSON grammars bound digits likewise). Without a bound a small
+/// model sampling a number can write digits until `maxTokens`. (Finer steps overflow
+/// llguidance's arithmetic with some ranges: 1e-9 with -50..60.)
+const NUMBER_STEP: f64 = 1e-6;
+
+/// Gives every `"type": "number"` subschema without a `multipleOf` one of
+/// `NUMBER_STEP` (a subset of what it allows: every reply still validates).
+/// Literal values (`const`, `enum`, `default`, `examples`) are left alone.
+fn bound_numbers(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            let number = match o.get("type") {
+                Some(Value::String(t)) => t == "number",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "number"),
+                _ => false,
+            };
+            if number && !o.contains_key("multipleOf") {
+                o.insert("multipleOf".into(), json!(NUMBER_STEP));
+            }
+            for (k, child) in o.iter_mut() {
+                if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
+                    bound_numbers(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_numbers),
+        _ => {}
+    }
+}
+
+/// The compiled form of one vocabulary: what every guide of that tokenizer shares.
+pub struct Grammars {
+    factory: ParserFactory,
+    eos: u32,
+    /// Tokens that end a reply: allowed wherever the grammar allows `eos`.
+    stops: Vec<u32>,
+}
+
+impl Grammars {
+    /// `tokens[id]` is token `id`'s bytes (a special token: 0xFF then its text, as
+    /// llguidance marks them; none: empty); `eos` ends the text, and so does every
+    /// token in `stops`.
+    pub fn new(tokens: &[Vec<u8>], eos: u32, stops: &[u32]) -> Result<Grammars> {
+        let n = u32::try_from(tokens.len())
+            .map_err(|_| Error::Grammar("the vocabulary is too large".into()))?;
+        if eos >= n {
+            return Err(Error::Grammar(format!(
+                "the end-of-text token {eos} is outside the vocabulary ({n} tokens)"
+            )));
+        }
+        let trie = TokTrie::from(&TokRxInfo::new(n, eos), tokens);
+        let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory = ParserFactory::new_simple(&env).map_err(grammar_err)?;
+        factory.quiet();
+        let mut stops: Vec<u32> = stops.iter().copied().filter(|&t| t < n).collect();
+        stops.push(eos);
+        stops.sort_unstable();
+        stops.dedup();
+        Ok(Grammars {
+            factory,
+            eos,
+            stops,
+        })
+    }
+
+    /// A guide for one reply; `None` for plain text. An invalid schema, regex or
+    /// grammar, or one no text satisfies, is an error here, before any token.
+    pub fn guide(&self, format: &ResponseFormat) -> Result<Option<Guide>> {
+        let Some(grammar) = format.grammar()? else {
+            return Ok(None);
+        };
+        let parser = self.factory.create_parser(grammar).map_err(grammar_err)?;
+        let mut guide = Guide {
+            matcher: Matcher::new(Ok(parser)),
+            mask: Vec::new(),
+            eos: self.eos,
+            stops: self.stops.clone(),
+        };
+        guide.update()?;
+        if guide.mask.iter().all(|&w| w == 0) {
+            return Err(Error::Grammar(
+                "no text satisfies this response format".into(),
+            ));
+        }
+        Ok(Some(guide))
+    }
+}
+
+fn grammar_err(e: impl std::fmt::Display) -> Error {
+    Error::Grammar(e.to_string())
+}
+
+/// One reply's parser state and the tokens allowed next.
+pub struct Guide {
+    matcher: Matcher,
+    /// Bit `t % 32` of word `t / 32`: token `t` is allowed next.
+    mask: Vec<u32>,
+    eos: u32,
+    stops: Vec<u32>,
+}
+
+impl Guide {
+    /// The tokens allowed next, as bits (see `allows`).
+    pub fn mask(&self) -> &[u32] {
+        &self.mask
+    }
+
+    pub fn allows(&self, token: u32) -> bool {
+        allows(&self.mask, token)
+    }
+
+    /// Advances past `token` (one the mask allowed); true when the text is complete
+    /// and nothing may follow.
+    pub fn accept(&mut self, token: u32) -> Result<bool> {
+        self.matcher.consume_token(token).map_err(grammar_err)?;
+        if self.matcher.is_stopped() {
+            return match self.matcher.get_error() {
+                Some(e) => Err(Error::Grammar(e)),
+                None => Ok(true),
+            };
+        }
+        self.update()?;
+        Ok(false)
+    }
+
+    /// Computes the mask for the next token; the stop tokens join the end-of-text
+    /// token wherever the grammar may end.
+    fn update(&mut self) -> Result<()> {
+        let vob = self.matcher.compute_mask().map_err(grammar_err)?;
+        self.mask.clear();
+        self.mask.extend_from_slice(vob.as_slice());
+        let may_end = allows(&self.mask, self.eos);
+        for &t in &self.stops {
+            set(&mut self.mask, t, may_end);
+        }
+        Ok(())
+    }
+}
+
+/// Whether bit `token` of `mask` is set (tokens past the mask are not allowed).
+pub fn allows(mask: &[u32], token: u32) -> bool {
+    mask.get(token as usize / 32)
+        .is_some_and(|w| w & (1 << (token % 32)) != 0)
+}
+
+fn set(mask: &mut [u32], token: u32, on: bool) {
+    if let Some(w) = mask.get_mut(token as usize / 32) {
+        let bit = 1 << (token % 32);
+        *w = if on { *w | bit } else { *w & !bit };
+    }
+}
