@@ -43,6 +43,113 @@ export interface GenerateOptions {
   signal?: AbortSignal;
   /** A loaded adapter's name for this call, or null for the base model (default: the active one). */
   adapter?: string | null;
+  /**
+   * Guided generation: the reply has this shape, guaranteed token by token; it ends
+   * (finishReason "stop") when the shape is complete. An invalid or unsatisfiable
+   * format rejects before any token. `maxTokens` can still cut a reply short ("length").
+   */
+  responseFormat?: ResponseFormat;
+}
+
+/**
+ * The shape of a guided reply. JSON: compact, numbers with at most 6 fractional digits
+ * unless the schema sets `multipleOf`. A keyword the grammar cannot express (e.g.
+ * `uniqueItems`) is an error unless `strict` is false (then it is ignored).
+ */
+export type ResponseFormat =
+  | { type: "json_schema"; schema: object | boolean; strict?: boolean }
+  | { type: "json_object" }
+  | { type: "regex"; pattern: string }
+  /** llguidance's Lark dialect, e.g. `start: "yes" | "no"`. */
+  | { type: "grammar"; grammar: string }
+  | { type: "text" };
+
+// OpenAI's chat API (`llm.chat.completions.create`), the subset Pippin implements.
+
+export interface ChatCompletionTool {
+  type: "function";
+  function: { name: string; description?: string; parameters?: object };
+}
+
+export interface ChatCompletionMessageToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; /** JSON text. */ arguments: string };
+}
+
+export type ChatCompletionMessageParam =
+  | { role: "system" | "developer" | "user"; content: string | { type: "text"; text: string }[] }
+  | { role: "assistant"; content?: string | null; tool_calls?: ChatCompletionMessageToolCall[] }
+  | { role: "tool"; content: string; tool_call_id: string };
+
+export interface ChatCompletionCreateParams {
+  messages: ChatCompletionMessageParam[];
+  model?: string;
+  stream?: boolean;
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  /** Default 1, as OpenAI's; 0 is greedy. */
+  temperature?: number;
+  top_p?: number;
+  seed?: number;
+  stop?: string | string[];
+  n?: 1;
+  response_format?:
+    | { type: "text" }
+    | { type: "json_object" }
+    | { type: "json_schema"; json_schema: { name: string; description?: string; schema: object; strict?: boolean | null } };
+  tools?: ChatCompletionTool[];
+  tool_choice?: "none" | "auto" | "required" | { type: "function"; function: { name: string } };
+  /** Pippin's: a loaded LoRA adapter's name, or null for the base model. */
+  adapter?: string | null;
+}
+
+export type FinishReasonOpenAI = "stop" | "length" | "tool_calls" | "abort";
+
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    message: { role: "assistant"; content: string | null; tool_calls?: ChatCompletionMessageToolCall[] };
+    finish_reason: FinishReasonOpenAI;
+    logprobs: null;
+  }[];
+  usage: CompletionUsage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    delta: { role?: "assistant"; content?: string; tool_calls?: (ChatCompletionMessageToolCall & { index: number })[] };
+    finish_reason: FinishReasonOpenAI | null;
+    logprobs: null;
+  }[];
+  /** On the last chunk. */
+  usage?: CompletionUsage;
+}
+
+export interface ChatCompletions {
+  create(params: ChatCompletionCreateParams & { stream: true }, options?: { signal?: AbortSignal }): Promise<AsyncIterable<ChatCompletionChunk>>;
+  create(params: ChatCompletionCreateParams & { stream?: false | null }, options?: { signal?: AbortSignal }): Promise<ChatCompletion>;
+}
+
+/** `llm.chat(messages, options)`, with OpenAI's API as `llm.chat.completions.create`. */
+export interface Chat {
+  (messages: Message[], options?: GenerateOptions): Reply;
+  completions: ChatCompletions;
 }
 
 export type AdapterFile = string | URL | Response | Blob | ArrayBuffer | Uint8Array;
@@ -123,8 +230,11 @@ export declare class Pippin {
    * generate/chat/adapter change/reset/dispose rejects with "already generating".
    */
   generate(prompt: string, options?: GenerateOptions): Reply;
-  /** The assistant's reply to `messages` in the model's chat template; the previous turn's KV cache is reused. */
-  chat(messages: Message[], options?: GenerateOptions): Reply;
+  /**
+   * The assistant's reply to `messages` in the model's chat template; the previous
+   * turn's KV cache is reused. `chat.completions.create` is OpenAI's chat API.
+   */
+  chat: Chat;
   /** Loads a PEFT LoRA adapter: a folder URL, or its two files. Switching adapters costs no reload. */
   loadAdapter(
     name: string,

@@ -3,6 +3,7 @@
 // AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
 import init, { Engine } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
+import { completionsFor } from "./openai.js";
 
 const CACHE = "pippin-models";
 let ready = null;
@@ -164,7 +165,7 @@ async function adapterBytes(src, onProgress, what) {
 
 function generationOptions(o = {}) {
   const out = {};
-  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop"]) {
+  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat"]) {
     if (o[k] !== undefined) out[k] = o[k];
   }
   if (typeof out.stop === "string") out.stop = [out.stop];
@@ -194,6 +195,8 @@ export class Pippin {
   constructor(engine) {
     this.#engine = engine;
     engines.set(this, engine);
+    // `llm.chat(messages)` and OpenAI's `llm.chat.completions.create(params)`.
+    this.chat = Object.assign(this.chat.bind(this), { completions: completionsFor(this) });
   }
 
   /**

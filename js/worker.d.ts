@@ -1,6 +1,6 @@
 // `pippin/worker`: the same API as "pippin", with the engine in a Web Worker.
 // stats(), info() and reset() return Promises here (they cross to the worker).
-import type { AdapterFile, AdapterInfo, GenerateOptions, Info, LoadOptions, Message, Reply, Stats } from "./index.js";
+import type { AdapterFile, AdapterInfo, Chat, GenerateOptions, Info, LoadOptions, Reply, Stats } from "./index.js";
 
 export * from "./index.js";
 
@@ -9,7 +9,7 @@ export declare class Pippin {
   static cached(): Promise<{ url: string; bytes: number }[]>;
   static deleteCached(url: string): Promise<boolean>;
   generate(prompt: string, options?: GenerateOptions): Reply;
-  chat(messages: Message[], options?: GenerateOptions): Reply;
+  chat: Chat;
   loadAdapter(name: string, source: string | URL | { config: AdapterFile | object; weights: AdapterFile }): Promise<void>;
   useAdapter(name: string | null): Promise<void>;
   unloadAdapter(name: string): Promise<boolean>;

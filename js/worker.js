@@ -2,6 +2,7 @@
 // freezes while a model loads or generates. Calls become messages; a reply's chunks
 // stream back as the worker makes them.
 import { Reply } from "./reply.js";
+import { completionsFor } from "./openai.js";
 
 const HOST = new URL("./worker-host.js", import.meta.url);
 
@@ -89,6 +90,8 @@ export class Pippin {
 
   constructor(conn) {
     this.#conn = conn;
+    // `llm.chat(messages)` and OpenAI's `llm.chat.completions.create(params)`.
+    this.chat = Object.assign(this.chat.bind(this), { completions: completionsFor(this) });
   }
 
   /** As `Pippin.load` of the main module; Blob, bytes and URL sources are sent to the worker. */

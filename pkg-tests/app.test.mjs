@@ -366,10 +366,81 @@ test("pippin/worker: the same API from a Web Worker", async () => {
   assert.equal(r.layers, 30);
 });
 
+test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, bad formats", async () => {
+  const r = await page.evaluate(async () => {
+    llm.reset();
+    const yesNo = { type: "object", properties: { answer: { enum: ["yes", "no"] } }, required: ["answer"], additionalProperties: false };
+    const ask = [{ role: "user", content: "Is the sky blue?" }];
+    const guided = await llm.chat(ask, { responseFormat: { type: "json_schema", schema: yesNo }, maxTokens: 16 }).text();
+    const completion = await llm.chat.completions.create({
+      messages: ask,
+      temperature: 0,
+      max_tokens: 16,
+      response_format: { type: "json_schema", json_schema: { name: "yes_no", schema: yesNo, strict: true } },
+    });
+    const chunks = [];
+    for await (const c of await llm.chat.completions.create({ messages: ask, temperature: 0, max_tokens: 3, stream: true })) chunks.push(c);
+    const plain = await llm.chat(ask, { maxTokens: 3 }).text();
+    const weather = { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: { type: "object", properties: { city: { type: "string", maxLength: 20 } }, required: ["city"], additionalProperties: false } } };
+    const toolChunks = [];
+    const toolStream = await llm.chat.completions.create({
+      messages: [{ role: "user", content: "What is the weather in Paris?" }],
+      tools: [weather],
+      tool_choice: "required",
+      temperature: 0,
+      max_tokens: 24,
+      stream: true,
+    });
+    for await (const c of toolStream) toolChunks.push(c);
+    let bad = null;
+    try {
+      await llm.chat(ask, { responseFormat: { type: "regex", pattern: "([a-z]" } }).text();
+    } catch (e) {
+      bad = e.message;
+    }
+    const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+    return { guided, completion, chunks, plain, toolChunks, bad, after };
+  });
+  assert.ok(["yes", "no"].includes(JSON.parse(r.guided).answer), r.guided);
+  const c = r.completion;
+  assert.equal(c.object, "chat.completion");
+  assert.equal(c.choices[0].message.role, "assistant");
+  assert.equal(c.choices[0].message.content, r.guided, "the same greedy reply through both APIs");
+  assert.equal(c.choices[0].finish_reason, "stop");
+  assert.ok(c.usage.prompt_tokens > 5 && c.usage.completion_tokens > 2 && c.usage.total_tokens === c.usage.prompt_tokens + c.usage.completion_tokens);
+  assert.ok(r.chunks.every((k) => k.object === "chat.completion.chunk" && k.id === r.chunks[0].id));
+  assert.equal(r.chunks[0].choices[0].delta.role, "assistant");
+  assert.equal(r.chunks.map((k) => k.choices[0].delta.content ?? "").join(""), r.plain);
+  assert.equal(r.chunks.at(-1).choices[0].finish_reason, "length");
+  assert.equal(r.chunks.at(-1).usage.completion_tokens, 3);
+  const calls = r.toolChunks.flatMap((k) => k.choices[0].delta.tool_calls ?? []);
+  assert.equal(calls.length, 1, JSON.stringify(r.toolChunks));
+  assert.equal(calls[0].function.name, "get_weather");
+  assert.equal(typeof JSON.parse(calls[0].function.arguments).city, "string");
+  assert.equal(r.toolChunks.at(-1).choices[0].finish_reason, "tool_calls");
+  assert.match(r.bad, /response format/);
+  assert.equal(r.after, " Paris.", "the model goes on after a refused format");
+});
+
+test("pippin/worker: guided generation and chat.completions.create", async () => {
+  const r = await page.evaluate(async (url) => {
+    const w = await WorkerPippin.load(url, { cache: false });
+    const ask = [{ role: "user", content: "Is the sky blue? Answer yes or no." }];
+    const guided = await w.chat(ask, { responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
+    const completion = await w.chat.completions.create({ messages: ask, temperature: 0, max_tokens: 8, response_format: { type: "json_object" } });
+    await w.dispose();
+    return { guided, completion };
+  }, MODEL);
+  assert.match(r.guided, /^(yes|no)$/);
+  const content = r.completion.choices[0].message.content;
+  if (r.completion.choices[0].finish_reason === "stop") assert.equal(typeof JSON.parse(content), "object");
+  else assert.match(content, /^\{/);
+});
+
 test("npm pack ships the whole package", () => {
   const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
   const files = JSON.parse(out)[0].files.map((f) => f.path);
-  for (const f of ["package.json", "index.js", "index.d.ts", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
 });
