@@ -118,10 +118,45 @@ function newChat() {
   state.llm?.reset();
 }
 
+/** The structured-output box's schema, or null when it is empty (a bad one throws). */
+function schemaOption() {
+  const text = $("schema").value.trim();
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new Error(`The structured-output schema is not valid JSON: ${err.message}`);
+  }
+}
+
+/** A guided reply shown pretty-printed, with whether it parsed (its shape is guaranteed by the grammar). */
+function showStructured(div, text, finishReason) {
+  const pre = document.createElement("pre");
+  pre.className = "structured";
+  let verdict;
+  try {
+    pre.textContent = JSON.stringify(JSON.parse(text), null, 2);
+    verdict = "✓ valid JSON, matching the schema (guided generation)";
+  } catch {
+    pre.textContent = text;
+    verdict = finishReason === "length" ? "✗ cut short by max tokens" : "✗ not JSON";
+  }
+  const note = document.createElement("div");
+  note.className = "structured-verdict";
+  note.textContent = verdict;
+  div.replaceChildren(pre, note);
+}
+
 async function send(e) {
   e?.preventDefault();
   const text = $("input").value.trim();
   if (!text || !state.llm || state.busy) return;
+  let schema;
+  try {
+    schema = schemaOption();
+  } catch (err) {
+    return banner(escape(err.message), "error");
+  }
   $("input").value = "";
   addMessage("user", text);
   state.messages.push({ role: "user", content: text });
@@ -143,12 +178,14 @@ async function send(e) {
       maxTokens: Number($("max-tokens").value),
       signal: state.ctl.signal,
     };
+    if (schema) opts.responseFormat = { type: "json_schema", schema };
     for await (const c of state.llm.chat(msgs, opts)) {
       if (c.done) {
         const u = c.usage;
         const meta = document.createElement("div");
         meta.className = "meta";
         meta.textContent = `${u.generatedTokens} tokens · ${c.finishReason}${c.finishReason === "abort" ? " (stopped)" : ""}`;
+        if (schema) showStructured(div, reply, c.finishReason);
         div.append(meta);
         break;
       }
@@ -228,6 +265,8 @@ $("input").onkeydown = (e) => {
 };
 $("stop").onclick = () => state.ctl?.abort();
 $("new-chat").onclick = newChat;
+// A fixed schema clears the error it caused.
+$("schema").oninput = () => $("banner").classList.contains("error") && banner("");
 $("load-adapter").onclick = loadAdapter;
 $("delete-cache").onclick = async () => {
   for (const c of await Pippin.cached()) await Pippin.deleteCached(c.url);

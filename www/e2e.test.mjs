@@ -91,6 +91,21 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     const without = await ask("Write a poem about the sea.");
     assert.notEqual(withAdapter, without, "the adapter changes the reply");
 
+    // Structured output: the schema box makes the reply JSON, shown pretty-printed.
+    await page.fill("#max-tokens", "40");
+    await page.fill("#schema", JSON.stringify({ type: "object", properties: { answer: { enum: ["yes", "no"] } }, required: ["answer"], additionalProperties: false }));
+    await ask("Is the sky blue?");
+    const structured = JSON.parse(await page.locator(".msg.assistant pre.structured").last().innerText());
+    assert.ok(["yes", "no"].includes(structured.answer), JSON.stringify(structured));
+    assert.match(await page.locator(".structured-verdict").last().innerText(), /valid JSON/);
+    await page.fill("#schema", "{ not json");
+    await page.fill("#input", "Hello");
+    await page.click("#send");
+    await page.waitForSelector("#banner:not([hidden])");
+    assert.match(await page.textContent("#banner"), /not valid JSON/);
+    await page.fill("#schema", "");
+    assert.equal(await page.isHidden("#banner"), true, "editing the schema clears its error");
+
     await page.screenshot({ path: path.join(ARTIFACTS, "playground.png"), fullPage: true });
     assert.deepEqual(errors, []);
     assert.equal(await page.isHidden("#banner"), true, await page.textContent("#banner"));

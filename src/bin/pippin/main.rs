@@ -2,6 +2,7 @@
 //! `make-adapter`, `info`.
 
 mod bench;
+mod bench_guided;
 mod quality;
 
 use clap::{Args, Parser, Subcommand};
@@ -281,15 +282,18 @@ fn run_bench(
     json: bool,
 ) -> Result<()> {
     let so = SessionOptions {
-        max_context: prompt + steps + 1,
+        // The guided reply: a chat prompt and up to 48 tokens.
+        max_context: (prompt + steps + 1).max(128),
         kv,
         chunk: 64,
     };
     let mut engine = load_engine(path, None, so)?;
     let kernels = bench::kernels(engine.model(), reps, prompt.clamp(2, 64))?;
     let figures = bench::figures(&mut engine, path, prompt, steps)?;
+    let guided = bench_guided::guided(&mut engine, 48)?;
     if json {
         let mut v = figures.to_json();
+        v["guided"] = guided.to_json();
         v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
         println!("{v:#}");
         return Ok(());
@@ -324,6 +328,7 @@ fn run_bench(
         );
     }
     println!("\n{figures}");
+    println!("{guided}");
     Ok(())
 }
 
