@@ -53,7 +53,7 @@ export interface GenerateOptions {
 
 /**
  * The shape of a guided reply. JSON: compact, numbers with at most 6 fractional digits
- * unless the schema sets `multipleOf`. A keyword the grammar cannot express (e.g.
+ * unless the schema sets `multipleOf`, unbounded numbers kept within ±1e15. A keyword the grammar cannot express (e.g.
  * `uniqueItems`) is an error unless `strict` is false (then it is ignored).
  */
 export type ResponseFormat =

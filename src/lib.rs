@@ -8,7 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod gpu;
-pub mod guide;
+pub mod guided;
 pub mod kernels;
 pub mod model;
 pub mod quant;

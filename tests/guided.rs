@@ -13,7 +13,7 @@ use pippin::engine::{
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
-use pippin::guide::ResponseFormat;
+use pippin::guided::ResponseFormat;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::{Message, Tokenizer};

@@ -15,6 +15,7 @@ use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
 use crate::gpu::Gpu;
+use crate::guided::GrammarCache;
 use crate::model::Config;
 use crate::tokenizer::{Message, Tokenizer};
 use std::collections::BTreeMap;
@@ -76,6 +77,8 @@ pub struct Engine {
     running: Option<Running>,
     ended: Option<(u64, Ended)>,
     next_id: u64,
+    /// The vocabulary compiled for guided replies, on the first one.
+    grammars: GrammarCache,
 }
 
 impl Engine {
@@ -157,6 +160,7 @@ impl Engine {
             running: None,
             ended: None,
             next_id: 1,
+            grammars: GrammarCache::default(),
         })
     }
 
@@ -260,7 +264,9 @@ impl Engine {
         let adapter = self.adapter(adapter)?;
         let mut backend =
             GpuBackend::with_adapter(&self.model, &mut self.session, adapter.as_deref());
-        let generation = Generation::start(&mut backend, &self.tokenizer, &ids, opts).await?;
+        let generation =
+            Generation::start_cached(&mut backend, &self.tokenizer, &ids, opts, &self.grammars)
+                .await?;
         let id = self.next_id;
         self.next_id += 1;
         self.ended = None;

@@ -17,7 +17,7 @@ pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
-use crate::guide::{Guide, ResponseFormat};
+use crate::guided::{GrammarCache, Guide, ResponseFormat};
 pub use crate::sampler::Logits;
 use crate::sampler::{Sampler, SamplerOptions};
 
@@ -250,10 +250,22 @@ impl Generation {
         prompt: &[u32],
         opts: &GenerateOptions,
     ) -> Result<Generation> {
+        Self::start_cached(backend, tk, prompt, opts, &GrammarCache::default()).await
+    }
+
+    /// As `start`, with the model's compiled vocabulary for guided replies kept in
+    /// `grammars` (the engine keeps one).
+    pub async fn start_cached<B: Backend>(
+        backend: &mut B,
+        tk: &Tokenizer,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        grammars: &GrammarCache,
+    ) -> Result<Generation> {
         opts.sampler.validate().map_err(Error::invalid)?;
         // Before any token: an invalid or unsatisfiable format fails here.
         let guide = match &opts.response_format {
-            Some(f) => tk.guide(f)?,
+            Some(f) => grammars.guide(tk, f)?,
             None => None,
         };
         if prompt.is_empty() {

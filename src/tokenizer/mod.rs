@@ -14,9 +14,7 @@ pub use stream::TextStream;
 
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
-use crate::guide::{Grammars, Guide, ResponseFormat};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
 
 /// Gemma's turn format, for Gemma files that carry no template (the 270M GGUF does
 /// not): a system message opens the first user turn; the assistant is "model".
@@ -56,8 +54,6 @@ pub struct Tokenizer {
     chat: Option<ChatTemplate>,
     /// Special-token texts by first character, longest first (chat markup).
     specials: HashMap<char, Vec<(String, u32)>>,
-    /// The vocabulary compiled for guided generation, built on first use.
-    grammars: OnceLock<Arc<Grammars>>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -124,7 +120,6 @@ impl Tokenizer {
             stop,
             chat,
             specials,
-            grammars: OnceLock::new(),
         })
     }
 
@@ -172,29 +167,13 @@ impl Tokenizer {
         &self.stop
     }
 
-    /// A guide for a reply of shape `format` (`None`: plain text). The vocabulary is
-    /// compiled for it once (tens of milliseconds), on the first guided reply.
-    pub fn guide(&self, format: &ResponseFormat) -> Result<Option<Guide>> {
-        if *format == ResponseFormat::Text {
-            return Ok(None);
-        }
-        self.grammars()?.guide(format)
-    }
-
-    fn grammars(&self) -> Result<Arc<Grammars>> {
-        if let Some(g) = self.grammars.get() {
-            return Ok(g.clone());
-        }
-        let eos = [self.ids.eos, self.ids.eot]
+    /// The token that ends a text: EOS, else end of turn, else the first stop token.
+    pub fn end_of_text(&self) -> Option<u32> {
+        [self.ids.eos, self.ids.eot]
             .into_iter()
             .flatten()
             .chain(self.stop.first().copied())
             .next()
-            .ok_or_else(|| {
-                Error::Grammar("this model has no end-of-text token to end a guided reply".into())
-            })?;
-        let g = Arc::new(Grammars::new(&self.token_bytes()?, eos, &self.stop)?);
-        Ok(self.grammars.get_or_init(|| g).clone())
     }
 
     pub fn chat_template(&self) -> Option<&ChatTemplate> {

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use pippin::engine::{self, CpuSession, Engine, GenerateOptions, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
-use pippin::guide::ResponseFormat;
+use pippin::guided::ResponseFormat;
 use pippin::model::{load_reference, Config};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;

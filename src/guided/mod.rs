@@ -4,16 +4,17 @@
 //! applies that set to the logits before sampling (on the GPU as a bitmask in the
 //! top-k kernel, on the CPU to the full logits) and feeds each accepted token back.
 //!
-//! This layer knows tokens only as bytes (`Grammars::new`); the tokenizer builds one
-//! `Grammars` per vocabulary and keeps it.
+//! A `Grammars` is one vocabulary compiled (tens of milliseconds): the engine keeps
+//! one per model (`GrammarCache`), each reply gets its own `Guide`.
 
 use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The shape a reply must have (`responseFormat` in JavaScript).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,19 +88,33 @@ fn options(mut schema: Value, lenient: bool) -> Value {
 /// llguidance's arithmetic with some ranges: 1e-9 with -50..60.)
 const NUMBER_STEP: f64 = 1e-6;
 
-/// Gives every `"type": "number"` subschema without a `multipleOf` one of
-/// `NUMBER_STEP` (a subset of what it allows: every reply still validates).
-/// Literal values (`const`, `enum`, `default`, `examples`) are left alone.
+/// The magnitude a JSON number or integer may reach when its schema sets no bound:
+/// 16 integral digits at most (f64 holds integers exactly to 2^53 ≈ 9e15).
+const NUMBER_LIMIT: f64 = 1e15;
+
+/// Bounds every number and integer subschema that leaves its digits unbounded: a
+/// `number` without `multipleOf` gets one of `NUMBER_STEP`, a side without a bound
+/// gets ±`NUMBER_LIMIT` — a subset of what it allows, so every reply still
+/// validates. Literal values (`const`, `enum`, `default`, `examples`) are left alone.
 fn bound_numbers(v: &mut Value) {
     match v {
         Value::Object(o) => {
-            let number = match o.get("type") {
-                Some(Value::String(t)) => t == "number",
-                Some(Value::Array(ts)) => ts.iter().any(|t| t == "number"),
+            let is = |kind: &str| match o.get("type") {
+                Some(Value::String(t)) => t == kind,
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == kind),
                 _ => false,
             };
+            let (number, integer) = (is("number"), is("integer"));
             if number && !o.contains_key("multipleOf") {
                 o.insert("multipleOf".into(), json!(NUMBER_STEP));
+            }
+            if number || integer {
+                if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+                    o.insert("minimum".into(), json!(-NUMBER_LIMIT));
+                }
+                if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+                    o.insert("maximum".into(), json!(NUMBER_LIMIT));
+                }
             }
             for (k, child) in o.iter_mut() {
                 if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
@@ -121,6 +136,14 @@ pub struct Grammars {
 }
 
 impl Grammars {
+    /// The tokenizer's vocabulary, compiled.
+    pub fn for_tokenizer(tk: &Tokenizer) -> Result<Grammars> {
+        let eos = tk.end_of_text().ok_or_else(|| {
+            Error::Grammar("this model has no end-of-text token to end a guided reply".into())
+        })?;
+        Self::new(&tk.token_bytes()?, eos, tk.stop_tokens())
+    }
+
     /// `tokens[id]` is token `id`'s bytes (a special token: 0xFF then its text, as
     /// llguidance marks them; none: empty); `eos` ends the text, and so does every
     /// token in `stops`.
@@ -167,6 +190,27 @@ impl Grammars {
             ));
         }
         Ok(Some(guide))
+    }
+}
+
+/// One model's compiled vocabulary, built on the first guided reply and kept.
+#[derive(Default)]
+pub struct GrammarCache(OnceLock<Arc<Grammars>>);
+
+impl GrammarCache {
+    /// A guide for a reply of shape `format` (`None`: plain text, nothing compiled).
+    pub fn guide(&self, tk: &Tokenizer, format: &ResponseFormat) -> Result<Option<Guide>> {
+        if *format == ResponseFormat::Text {
+            return Ok(None);
+        }
+        let grammars = match self.0.get() {
+            Some(g) => g.clone(),
+            None => {
+                let g = Arc::new(Grammars::for_tokenizer(tk)?);
+                self.0.get_or_init(|| g).clone()
+            }
+        };
+        grammars.guide(format)
     }
 }
 
@@ -231,5 +275,74 @@ fn set(mask: &mut [u32], token: u32, on: bool) {
     if let Some(w) = mask.get_mut(token as usize / 32) {
         let bit = 1 << (token % 32);
         *w = if on { *w | bit } else { *w & !bit };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_bounded_and_literals_left_alone() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {
+                "x": {"type": "number"},
+                "n": {"type": ["integer", "null"], "minimum": 3},
+                "m": {"type": "number", "multipleOf": 0.5, "exclusiveMaximum": 10},
+                "c": {"const": {"type": "number"}},
+                "e": {"enum": [{"type": "integer"}]}
+            }
+        });
+        bound_numbers(&mut s);
+        let p = &s["properties"];
+        assert_eq!(p["x"]["multipleOf"], json!(NUMBER_STEP));
+        assert_eq!(p["x"]["minimum"], json!(-NUMBER_LIMIT));
+        assert_eq!(p["x"]["maximum"], json!(NUMBER_LIMIT));
+        assert_eq!(p["n"]["minimum"], json!(3));
+        assert_eq!(p["n"]["maximum"], json!(NUMBER_LIMIT));
+        assert!(
+            p["n"].get("multipleOf").is_none(),
+            "integers have no fraction"
+        );
+        assert_eq!(p["m"]["multipleOf"], json!(0.5));
+        assert!(
+            p["m"].get("maximum").is_none(),
+            "an exclusive bound is a bound"
+        );
+        assert_eq!(p["c"], json!({"const": {"type": "number"}}));
+        assert_eq!(p["e"], json!({"enum": [{"type": "integer"}]}));
+    }
+
+    #[test]
+    fn mask_bits() {
+        let mut m = vec![0u32; 2];
+        set(&mut m, 33, true);
+        set(&mut m, 0, true);
+        assert!(allows(&m, 33) && allows(&m, 0) && !allows(&m, 1));
+        assert!(!allows(&m, 64), "past the mask: not allowed");
+        set(&mut m, 33, false);
+        assert!(!allows(&m, 33));
+        set(&mut m, 1000, true); // out of range: ignored
+    }
+
+    /// A byte-level vocabulary of single bytes plus a special token: a JSON Schema
+    /// guide allows only what can start the value, and ends on EOS.
+    #[test]
+    fn guide_over_a_byte_vocabulary() {
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        tokens.push(b"\xFF<eos>".to_vec());
+        let eos = 256;
+        let g = Grammars::new(&tokens, eos, &[eos]).unwrap();
+        let format = ResponseFormat::Regex {
+            pattern: "ab?".into(),
+        };
+        let mut guide = g.guide(&format).unwrap().unwrap();
+        let allowed: Vec<u32> = (0..257).filter(|&t| guide.allows(t)).collect();
+        assert_eq!(allowed, vec![b'a' as u32]);
+        assert!(!guide.accept(b'a' as u32).unwrap());
+        assert!(guide.allows(b'b' as u32) && guide.allows(eos));
+        assert!(guide.accept(b'b' as u32).unwrap(), "complete after \"ab\"");
+        assert!(g.guide(&ResponseFormat::Text).unwrap().is_none());
     }
 }
