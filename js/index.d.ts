@@ -49,6 +49,16 @@ export interface GenerateOptions {
    * format rejects before any token. `maxTokens` can still cut a reply short ("length").
    */
   responseFormat?: ResponseFormat;
+  /**
+   * Tools the model may call (`chat` only). They are rendered by the model's own chat
+   * template when it supports tools (Qwen3, Llama 3.x, Hermes-style), otherwise
+   * described in a system message; a call is generated under a grammar built from
+   * them (a tool offered, arguments valid under its schema) and ends the reply with
+   * finishReason "tool_calls" and `toolCalls` (its text is not streamed).
+   */
+  tools?: ChatCompletionTool[];
+  /** "auto" (default: a call or an answer), "required", "none", or one tool by name. */
+  toolChoice?: "none" | "auto" | "required" | { type: "function"; function: { name: string } };
 }
 
 /**
@@ -173,11 +183,21 @@ export interface Usage {
 
 export type Chunk =
   | { text: string; tokenId: number; done: false }
-  | { text: ""; done: true; finishReason: "stop" | "length" | "abort"; usage: Usage };
+  | { text: ""; done: true; finishReason: "stop" | "length" | "abort" | "tool_calls"; usage: Usage; toolCalls?: ToolCall[] };
 
+/** A call the model made: arguments as an object (valid under the tool's schema). */
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: Record<string, unknown> };
+}
+
+/** A chat turn (OpenAI's message shape is accepted as well: content parts, tool calls, tool results). */
 export interface Message {
-  role: "system" | "user" | "assistant" | string;
-  content: string;
+  role: "system" | "user" | "assistant" | "tool" | string;
+  content: string | null | { type: "text"; text: string }[];
+  tool_calls?: (ToolCall | ChatCompletionMessageToolCall)[];
+  tool_call_id?: string;
 }
 
 /** A streamed reply: `for await (const c of reply)`, `reply.stream()` or `await reply.text()`. */

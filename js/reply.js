@@ -29,7 +29,9 @@ export class Reply {
         const c = await calls.next(id);
         if (c.done) {
           finished = true;
-          yield { text: "", done: true, finishReason: c.finishReason, usage: c.usage };
+          const end = { text: "", done: true, finishReason: c.finishReason, usage: c.usage };
+          if (c.toolCalls?.length) end.toolCalls = c.toolCalls;
+          yield end;
           return;
         }
         yield { text: c.text, tokenId: c.tokenId, done: false };

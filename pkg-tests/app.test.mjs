@@ -392,6 +392,23 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
       stream: true,
     });
     for await (const c of toolStream) toolChunks.push(c);
+    // The call's result goes back as a tool message; the model answers in words.
+    const tc = toolChunks.flatMap((k) => k.choices[0].delta.tool_calls ?? [])[0];
+    const followUp = await llm.chat.completions.create({
+      messages: [
+        { role: "user", content: "What is the weather in Paris?" },
+        { role: "assistant", content: null, tool_calls: tc ? [{ id: tc.id, type: "function", function: tc.function }] : [] },
+        { role: "tool", tool_call_id: tc?.id ?? "none", content: "18 degrees and sunny" },
+      ],
+      tools: [weather],
+      tool_choice: "none",
+      temperature: 0,
+      max_tokens: 12,
+    });
+    // Pippin's own API: the call ends the reply (no text), parsed.
+    const direct = [];
+    const named = { type: "function", function: { name: "get_weather" } };
+    for await (const c of llm.chat([{ role: "user", content: "Weather in Rome?" }], { tools: [weather], toolChoice: named, maxTokens: 24 })) direct.push(c);
     let bad = null;
     try {
       await llm.chat(ask, { responseFormat: { type: "regex", pattern: "([a-z]" } }).text();
@@ -399,7 +416,7 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
       bad = e.message;
     }
     const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
-    return { guided, completion, chunks, plain, toolChunks, bad, after };
+    return { guided, completion, chunks, plain, toolChunks, followUp, direct, bad, after };
   });
   assert.ok(["yes", "no"].includes(JSON.parse(r.guided).answer), r.guided);
   const c = r.completion;
@@ -418,6 +435,16 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
   assert.equal(calls[0].function.name, "get_weather");
   assert.equal(typeof JSON.parse(calls[0].function.arguments).city, "string");
   assert.equal(r.toolChunks.at(-1).choices[0].finish_reason, "tool_calls");
+  assert.ok(r.toolChunks.every((k) => !k.choices[0].delta.content), "a call is not streamed as content");
+  const answer = r.followUp.choices[0];
+  assert.equal(typeof answer.message.content, "string");
+  assert.ok(answer.message.content.length > 0 && !answer.message.tool_calls, JSON.stringify(answer));
+  assert.ok(["stop", "length"].includes(answer.finish_reason));
+  assert.equal(r.direct.length, 1, JSON.stringify(r.direct));
+  const end = r.direct[0];
+  assert.equal(end.finishReason, "tool_calls");
+  assert.equal(end.toolCalls[0].function.name, "get_weather");
+  assert.equal(typeof end.toolCalls[0].function.arguments.city, "string");
   assert.match(r.bad, /response format/);
   assert.equal(r.after, " Paris.", "the model goes on after a refused format");
 });
@@ -428,9 +455,17 @@ test("pippin/worker: guided generation and chat.completions.create", async () =>
     const ask = [{ role: "user", content: "Is the sky blue? Answer yes or no." }];
     const guided = await w.chat(ask, { responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
     const completion = await w.chat.completions.create({ messages: ask, temperature: 0, max_tokens: 8, response_format: { type: "json_object" } });
+    const add = { type: "function", function: { name: "add", parameters: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] } } };
+    const called = await w.chat.completions.create({ messages: [{ role: "user", content: "What is 2 plus 3?" }], tools: [add], tool_choice: "required", temperature: 0, max_tokens: 24 });
     await w.dispose();
-    return { guided, completion };
+    return { guided, completion, called };
   }, MODEL);
+  const call = r.called.choices[0];
+  assert.equal(call.finish_reason, "tool_calls", JSON.stringify(call));
+  assert.equal(call.message.content, null);
+  assert.equal(call.message.tool_calls[0].function.name, "add");
+  const args = JSON.parse(call.message.tool_calls[0].function.arguments);
+  assert.ok(Number.isInteger(args.a) && Number.isInteger(args.b), JSON.stringify(args));
   assert.match(r.guided, /^(yes|no)$/);
   const content = r.completion.choices[0].message.content;
   if (r.completion.choices[0].finish_reason === "stop") assert.equal(typeof JSON.parse(content), "object");

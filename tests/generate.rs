@@ -231,7 +231,7 @@ fn a_failed_step_is_an_error_and_a_retry_goes_on() {
     loop {
         match pollster::block_on(g.next(&mut b, &tk)) {
             Ok(engine::Event::Text { text: t, .. }) => text.push_str(&t),
-            Ok(engine::Event::Done { finish, usage }) => {
+            Ok(engine::Event::Done { finish, usage, .. }) => {
                 assert_eq!((finish, usage.generated_tokens), (FinishReason::Length, 4));
                 break;
             }

@@ -387,6 +387,66 @@ impl<B: Backend> Backend for FullLogits<B> {
     }
 }
 
+/// A backend whose mask is computed before the step is submitted (the trait's
+/// `forward_masked`), against the GPU's split step (the mask computed while the layers
+/// run, uploaded before the pick).
+struct MaskFirst<B>(B);
+
+impl<B: Backend> Backend for MaskFirst<B> {
+    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        self.0.forward(tokens, want).await
+    }
+    fn tokens(&self) -> &[u32] {
+        self.0.tokens()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0.truncate(len)
+    }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.0.log_probs(tokens).await
+    }
+    fn context_length(&self) -> usize {
+        self.0.context_length()
+    }
+}
+
+/// The mask computed while the device runs the step's layers gives the tokens the
+/// mask computed first gives (greedy and sampled), and is computed once a step.
+#[test]
+fn mask_computed_during_the_step_picks_what_a_mask_computed_first_picks() {
+    let m = gpu_model();
+    let tk = tokenizer();
+    let session = || GpuSession::new(m, SessionOptions::default()).unwrap();
+    let list = schemas();
+    for (i, temperature) in [(2, 0.0), (5, 0.7)] {
+        let (what, schema) = &list[i];
+        let prompt = chat(tk, &format!("Reply in JSON only: {what}."));
+        let format = ResponseFormat::JsonSchema {
+            schema: schema.clone(),
+            strict: None,
+        };
+        let o = opts(format, temperature, 48);
+        let (mut s1, mut s2) = (session(), session());
+        let split = run(&mut GpuBackend::new(m, &mut s1), &prompt, &o).unwrap();
+        let first = run(&mut MaskFirst(GpuBackend::new(m, &mut s2)), &prompt, &o).unwrap();
+        assert_eq!(split.2, first.2, "{what}: {} vs {}", split.0, first.0);
+        check_json(what, schema, &split.0, split.1);
+    }
+    // Once a step: the backend calls it once, after submitting the layers.
+    let mut s = session();
+    let mut b = GpuBackend::new(m, &mut s);
+    let prompt = chat(tk, "Hi");
+    pollster::block_on(b.forward(&prompt, Want::top(1))).unwrap();
+    let mut calls = 0;
+    let mut mask = || {
+        calls += 1;
+        Ok(vec![u32::MAX; tk.vocab_size().div_ceil(32)])
+    };
+    let l = pollster::block_on(b.forward_masked(&[prompt[0]], Want::top(4), &mut mask)).unwrap();
+    assert_eq!(calls, 1);
+    assert!(matches!(l, Logits::Top(ref t) if t.len() == 4), "{l:?}");
+}
+
 /// Greedy and seeded sampling on the GPU, masked by the top-k kernel and masked on the
 /// CPU over the same GPU logits: the same tokens, valid JSON.
 #[test]

@@ -88,7 +88,7 @@ fn chat_template_renders_reference_chat_prompt() {
     // The reference's copy of the template (Hugging Face's, with \n escapes where the
     // GGUF's has newlines) renders the same.
     let hf = ChatTemplate::new(r["chat_template"].as_str().unwrap(), "", "").unwrap();
-    assert_eq!(hf.render(&msgs, true).unwrap(), text);
+    assert_eq!(hf.render(&msgs, &[], true).unwrap(), text);
     assert_eq!(
         t.encode_prompt(&text, true).unwrap(),
         ids(&chat["prompt_token_ids"])

@@ -11,6 +11,7 @@
 //! if asked, never a quiet end.
 
 use super::gpu_adapter::GpuAdapter;
+use super::tools::{self, Prepared};
 use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
@@ -226,11 +227,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Token ids of a prompt, as a reply would run them.
-    pub fn encode(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+    /// Token ids of a prompt, as a reply with `opts` would run them, with the
+    /// options that reply runs with (a tool call's grammar added) and its call reader.
+    pub fn prepare(&self, prompt: &Prompt, opts: &GenerateOptions) -> Result<Prepared> {
         match prompt {
-            Prompt::Text(t) => self.tokenizer.encode_prompt(t, false),
-            Prompt::Chat(m) => self.tokenizer.encode_chat(m, true),
+            Prompt::Text(_) if !opts.tools.is_empty() => Err(Error::invalid(
+                "tools need a conversation: use chat(), not generate()",
+            )),
+            Prompt::Text(t) => Ok(Prepared {
+                ids: self.tokenizer.encode_prompt(t, false)?,
+                opts: opts.clone(),
+                calls: None,
+            }),
+            Prompt::Chat(m) => tools::prepare(&self.tokenizer, m, opts),
         }
     }
 
@@ -260,13 +269,21 @@ impl Engine {
         adapter: &AdapterChoice,
     ) -> Result<u64> {
         self.idle()?;
-        let ids = self.encode(prompt)?;
+        let p = self.prepare(prompt, opts)?;
         let adapter = self.adapter(adapter)?;
         let mut backend =
             GpuBackend::with_adapter(&self.model, &mut self.session, adapter.as_deref());
-        let generation =
-            Generation::start_cached(&mut backend, &self.tokenizer, &ids, opts, &self.grammars)
-                .await?;
+        let mut generation = Generation::start_cached(
+            &mut backend,
+            &self.tokenizer,
+            &p.ids,
+            &p.opts,
+            &self.grammars,
+        )
+        .await?;
+        if let Some(r) = p.calls {
+            generation.expect_calls(r);
+        }
         let id = self.next_id;
         self.next_id += 1;
         self.ended = None;

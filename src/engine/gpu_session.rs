@@ -4,7 +4,7 @@
 
 use super::gpu_adapter::GpuAdapter;
 use super::gpu_model::GpuModel;
-use super::{Backend, Logits, Want};
+use super::{Backend, LateMask, Logits, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache, CHUNK};
@@ -80,7 +80,8 @@ pub struct GpuSession {
     /// Recorded decode steps (one token, candidates out) by adapter id and whether
     /// attention is split (contexts past `attention::ONE_PASS_MAX`): a step replays
     /// one and creates nothing.
-    plans: HashMap<(u64, bool), Plan>,
+    /// Each plan with the number of its dispatches before the pick (top-k, choose).
+    plans: HashMap<(u64, bool), (Plan, usize)>,
     /// False: encode every decode step from scratch, as before plans (the bench's
     /// "before" figure).
     replay: bool,
@@ -185,7 +186,7 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
     ) -> Result<(usize, usize)> {
-        let total = self.decode_plan(m, adapter, 0)?.len();
+        let total = self.decode_plan(m, adapter, 0)?.0.len();
         let outside = m
             .kernels
             .record(|pass| {
@@ -230,22 +231,24 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
         pos: usize,
-    ) -> Result<&Plan> {
+    ) -> Result<(&Plan, usize)> {
         let split = !attention::one_pass(pos + 1);
         let id = (adapter.map_or(0, |a| a.id), split);
         if !self.plans.contains_key(&id) {
             self.plans.retain(|k, _| k.0 == 0);
             // Any position of the same kind records the same dispatches.
             let at = if split { attention::ONE_PASS_MAX } else { 0 };
-            let plan = m.kernels.record(|pass| {
+            let mut plan = m.kernels.record(|pass| {
                 self.encode_layers(m, adapter, pass, 1, at)?;
-                self.encode_head(m, pass, 1)?;
-                self.encode_pick(m, pass)
+                self.encode_head(m, pass, 1)
             })?;
-            self.plans.insert(id, plan);
+            let body = plan.len();
+            plan.extend(m.kernels.record(|pass| self.encode_pick(m, pass))?);
+            self.plans.insert(id, (plan, body));
         }
         self.plans
             .get(&id)
+            .map(|(p, body)| (p, *body))
             .ok_or_else(|| Error::gpu("the decode plan was not recorded"))
     }
 
@@ -255,13 +258,13 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
     ) -> Result<usize> {
-        Ok(self.decode_plan(m, adapter, 0)?.len())
+        Ok(self.decode_plan(m, adapter, 0)?.0.len())
     }
 
     /// Dispatches of the short-context plan recorded for adapter `id` (0: none), if
     /// there is one.
     pub fn recorded_dispatches(&self, id: u64) -> Option<usize> {
-        self.plans.get(&(id, false)).map(Plan::len)
+        self.plans.get(&(id, false)).map(|(p, _)| p.len())
     }
 
     /// Tokens in the KV cache.
@@ -330,15 +333,19 @@ impl GpuSession {
         adapter: Option<&GpuAdapter>,
         tokens: &[u32],
         want: Want<'_>,
+        mut late: Option<LateMask<'_>>,
     ) -> Result<Logits> {
         self.abandon();
         self.check(m, tokens)?;
         let chunks: Vec<&[u32]> = tokens.chunks(self.opts.chunk).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
-            let out = self
-                .run_chunk(m, adapter, chunk, if last { Some(&want) } else { None })
-                .await?;
+            let (w, l) = if last {
+                (Some(&want), late.take())
+            } else {
+                (None, None)
+            };
+            let out = self.run_chunk(m, adapter, chunk, w, l).await?;
             self.tokens.extend_from_slice(chunk);
             self.wrote(self.tokens.len());
             if let Some(l) = out {
@@ -386,7 +393,7 @@ impl GpuSession {
         let scores = g.storage("scores", chunk as u64 * row_bytes)?;
         let mut out = Vec::with_capacity(tokens.len());
         for (ci, part) in tokens.chunks(chunk).enumerate() {
-            let (n, pos0) = self.upload_step(g, part, None);
+            let (n, pos0) = self.upload_step(g, part, None, false);
             let mut enc = g.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -436,7 +443,15 @@ impl GpuSession {
     /// keeps, how the next token is picked) for the kernels; returns (length, first
     /// position). No ids (a chained step): its one input is the token the step before
     /// picked, already in the token buffer.
-    fn upload_step(&self, g: &Gpu, tokens: &[u32], want: Option<&Want<'_>>) -> (usize, usize) {
+    /// Writes a step's tokens and uniform; `late_mask`: the grammar mask is written
+    /// after the step's layers are submitted.
+    fn upload_step(
+        &self,
+        g: &Gpu,
+        tokens: &[u32],
+        want: Option<&Want<'_>>,
+        late_mask: bool,
+    ) -> (usize, usize) {
         let (n, pos0) = (tokens.len().max(1), self.tokens.len());
         let mut step = Step::new(n, pos0);
         let mut ids = vec![0u32];
@@ -457,6 +472,9 @@ impl GpuSession {
                 self.topk.write_mask(g, mask);
                 step.masked = 1;
             }
+            if late_mask && w.top_k.is_some() {
+                step.masked = 1;
+            }
         }
         if !tokens.is_empty() {
             g.queue
@@ -471,34 +489,41 @@ impl GpuSession {
 
     /// Records a chunk (its step uploaded) into a command encoder: a decode step
     /// replays its recorded plan; with candidates wanted, the head, top-k and the
-    /// pick run too.
+    /// pick run too. `part` picks the dispatches before the pick, the pick, or both.
     fn encode_chunk(
         &mut self,
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
-        n: usize,
-        pos0: usize,
+        (n, pos0): (usize, usize),
         want: Option<&Want<'_>>,
+        part: Part,
     ) -> Result<wgpu::CommandEncoder> {
         let mut enc = m.gpu.device.create_command_encoder(&Default::default());
-        match want {
-            Some(Want { top_k: Some(_), .. }) if n == 1 && self.replay => {
-                let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
-                let plan = self.decode_plan(m, adapter, pos0)?;
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                plan.replay(&mut pass, splits);
-            }
-            _ => {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                self.encode_layers(m, adapter, &mut pass, n, pos0)?;
-                if let Some(w) = want {
-                    self.encode_head(m, &mut pass, n)?;
-                    if w.top_k.is_some() {
-                        self.encode_pick(m, &mut pass)?;
-                    }
-                }
+        let picks = matches!(want, Some(Want { top_k: Some(_), .. }));
+        if picks && n == 1 && self.replay {
+            let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
+            let (plan, body) = self.decode_plan(m, adapter, pos0)?;
+            let range = match part {
+                Part::Whole => 0..plan.len(),
+                Part::Body => 0..body,
+                Part::Pick => body..plan.len(),
+            };
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            plan.replay_range(&mut pass, splits, range);
+            drop(pass);
+            return Ok(enc);
+        }
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        if part != Part::Pick {
+            self.encode_layers(m, adapter, &mut pass, n, pos0)?;
+            if want.is_some() {
+                self.encode_head(m, &mut pass, n)?;
             }
         }
+        if part != Part::Body && picks {
+            self.encode_pick(m, &mut pass)?;
+        }
+        drop(pass);
         Ok(enc)
     }
 
@@ -515,13 +540,28 @@ impl GpuSession {
         adapter: Option<&GpuAdapter>,
         tokens: &[u32],
         want: Option<&Want<'_>>,
+        late: Option<LateMask<'_>>,
     ) -> Result<Option<Logits>> {
         let g = &m.gpu;
-        let (n, pos0) = self.upload_step(g, tokens, want);
-        let enc = self.encode_chunk(m, adapter, n, pos0, want)?;
+        let at = self.upload_step(g, tokens, want, late.is_some());
         let Some(want) = want else {
+            let enc = self.encode_chunk(m, adapter, at, None, Part::Whole)?;
             g.queue.submit([enc.finish()]);
             return g.take_error().map(|_| None);
+        };
+        let enc = match late {
+            None => self.encode_chunk(m, adapter, at, Some(want), Part::Whole)?,
+            Some(mask) => {
+                let body = self.encode_chunk(m, adapter, at, Some(want), Part::Body)?;
+                g.queue.submit([body.finish()]);
+                // The device runs the layers while the mask is computed; it reaches
+                // the device before the pick is submitted.
+                let bits = mask()?;
+                if want.top_k.is_some() {
+                    self.topk.write_mask(g, &bits);
+                }
+                self.encode_chunk(m, adapter, at, Some(want), Part::Pick)?
+            }
         };
         let (src, staging, bytes) = match want.top_k {
             Some(kk) => (
@@ -541,6 +581,16 @@ impl GpuSession {
             None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),
         }))
     }
+}
+
+/// Which dispatches of a step `encode_chunk` records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Whole,
+    /// Up to the logits.
+    Body,
+    /// Top-k and the pick.
+    Pick,
 }
 
 /// A session running on its model: what the generate loop drives.
@@ -584,7 +634,17 @@ impl Backend for GpuBackend<'_> {
     }
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
         self.session
-            .run(self.model, self.adapter, tokens, want)
+            .run(self.model, self.adapter, tokens, want, None)
+            .await
+    }
+    async fn forward_masked(
+        &mut self,
+        tokens: &[u32],
+        want: Want<'_>,
+        mask: LateMask<'_>,
+    ) -> Result<Logits> {
+        self.session
+            .run(self.model, self.adapter, tokens, want, Some(mask))
             .await
     }
     fn tokens(&self) -> &[u32] {

@@ -8,6 +8,7 @@ mod gpu_model;
 mod gpu_session;
 pub mod perplexity;
 mod stop;
+pub mod tools;
 
 pub use crate::gguf::{ByteSource, Progress, ReadSource};
 pub use core::{busy, AdapterChoice, Engine, Prompt, ResidentAdapter};
@@ -24,9 +25,10 @@ use crate::sampler::{Sampler, SamplerOptions};
 /// Most candidates sampling considers: the GPU selects at most this many tokens, so
 /// top-p and min-p act within the 64 most likely (their tail beyond is negligible).
 pub const MAX_CANDIDATES: usize = crate::kernels::sample::MAX_K;
-use crate::tokenizer::{TextStream, Tokenizer};
+use crate::tokenizer::{TextStream, Tokenizer, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
 use stop::StopStrings;
+pub use tools::{CallReader, ToolChoice, ToolMode};
 use web_time::Instant;
 
 /// What the caller needs from a forward pass.
@@ -124,7 +126,30 @@ pub trait Backend {
     }
     /// Drops the submitted steps not read yet, and the tokens they ran, from the cache.
     fn cancel(&mut self) {}
+
+    /// As `forward`, with the grammar mask (`Want::mask`) given by `mask`, which a
+    /// backend calls while the device runs the step's layers (the mask is needed only
+    /// where candidates are chosen); this one computes it first.
+    async fn forward_masked(
+        &mut self,
+        tokens: &[u32],
+        want: Want<'_>,
+        mask: LateMask<'_>,
+    ) -> Result<Logits> {
+        let bits = mask()?;
+        self.forward(
+            tokens,
+            Want {
+                mask: Some(&bits),
+                ..want
+            },
+        )
+        .await
+    }
 }
+
+/// Computes a step's grammar mask when the backend asks (see `forward_masked`).
+pub type LateMask<'a> = &'a mut dyn FnMut() -> Result<Vec<u32>>;
 
 /// How many leading tokens two sequences share.
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -142,6 +167,9 @@ pub struct GenerateOptions {
     /// The shape the reply must have (guided generation); it ends ("stop") when the
     /// shape is complete.
     pub response_format: Option<ResponseFormat>,
+    /// Tools the model may call (a chat only; see `tools::prepare`).
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
 }
 
 impl Default for GenerateOptions {
@@ -151,6 +179,8 @@ impl Default for GenerateOptions {
             sampler: SamplerOptions::default(),
             stop: Vec::new(),
             response_format: None,
+            tools: Vec::new(),
+            tool_choice: None,
         }
     }
 }
@@ -164,6 +194,9 @@ pub enum FinishReason {
     Length,
     /// The caller asked to stop.
     Abort,
+    /// The reply is a tool call (returned parsed, not as text).
+    #[serde(rename = "tool_calls")]
+    ToolCalls,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -203,13 +236,12 @@ fn ms_since(t: Instant) -> f64 {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// Text (valid UTF-8, possibly several tokens' worth) and the last token in it.
-    Text {
-        text: String,
-        token: u32,
-    },
+    Text { text: String, token: u32 },
     Done {
         finish: FinishReason,
         usage: Usage,
+        /// The calls of a reply that ends `ToolCalls`.
+        calls: Vec<ToolCall>,
     },
 }
 
@@ -236,6 +268,9 @@ pub struct Generation {
     /// Guided generation: the tokens allowed next (decode is then not pipelined:
     /// each mask depends on the token before).
     guide: Option<Guide>,
+    /// A reply that may be a tool call: its text passes through here.
+    calls: Option<CallReader>,
+    tool_calls: Vec<ToolCall>,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
@@ -308,6 +343,8 @@ impl Generation {
             ready: None,
             outstanding: false,
             guide,
+            calls: None,
+            tool_calls: Vec::new(),
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
@@ -332,11 +369,23 @@ impl Generation {
         Ok(g)
     }
 
-    async fn run<B: Backend>(&self, backend: &mut B, tokens: &[u32]) -> Result<Logits> {
+    /// Runs `tokens`. Guided, the mask of the position they lead to is computed while
+    /// the device runs them (on a backend that can split a step).
+    async fn run<B: Backend>(&mut self, backend: &mut B, tokens: &[u32]) -> Result<Logits> {
         let ids = self.sampler.penalized_ids(&self.history);
-        backend
-            .forward(tokens, self.want(&ids, Pick::default()))
-            .await
+        let Some(mut guide) = self.guide.take_if(|g| g.is_stale()) else {
+            return backend
+                .forward(tokens, self.want(&ids, Pick::default()))
+                .await;
+        };
+        let want = self.want(&ids, Pick::default());
+        let mut mask = || {
+            guide.update()?;
+            Ok(guide.mask().to_vec())
+        };
+        let r = backend.forward_masked(tokens, want, &mut mask).await;
+        self.guide = Some(guide);
+        r
     }
 
     fn want<'a>(&'a self, ids: &'a [u32], pick: Pick) -> Want<'a> {
@@ -383,16 +432,40 @@ impl Generation {
         pick
     }
 
+    /// Takes tool calls out of this reply (see `tools::prepare`).
+    pub fn expect_calls(&mut self, reader: CallReader) {
+        self.calls = Some(reader);
+    }
+
     /// The next piece of text, or `Done` (again and again once finished).
     pub async fn next<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
         loop {
             if let Some(e) = self.outbox.pop_front() {
-                return Ok(e);
+                match (e, &mut self.calls) {
+                    (Event::Text { text, token }, Some(r)) => {
+                        let text = r.push(&text);
+                        if !text.is_empty() {
+                            return Ok(Event::Text { text, token });
+                        }
+                    }
+                    (e, _) => return Ok(e),
+                }
+                continue;
             }
             if let Some(finish) = self.finished {
+                if let Some(mut r) = self.calls.take() {
+                    let (finish, calls, rest) = r.finish(finish);
+                    self.finished = Some(finish);
+                    self.tool_calls = calls;
+                    if !rest.is_empty() {
+                        let token = *self.history.last().unwrap_or(&0);
+                        return Ok(Event::Text { text: rest, token });
+                    }
+                }
                 return Ok(Event::Done {
-                    finish,
+                    finish: self.finished.unwrap_or(finish),
                     usage: self.usage.clone(),
+                    calls: self.tool_calls.clone(),
                 });
             }
             self.step(backend, tk).await?;
@@ -409,6 +482,7 @@ impl Generation {
         Event::Done {
             finish: self.finished.unwrap_or(FinishReason::Abort),
             usage: self.usage.clone(),
+            calls: self.tool_calls.clone(),
         }
     }
 
@@ -526,8 +600,9 @@ impl Generation {
             self.finish(tk, FinishReason::Stop)?;
             return Ok(false);
         }
+        // The next mask is computed while the device runs this token (`run`).
         let complete = match &mut self.guide {
-            Some(g) => g.accept(token)?,
+            Some(g) => g.consume(token)?,
             None => false,
         };
         self.history.push(token);
@@ -574,19 +649,38 @@ pub async fn generate<B: Backend>(
     tk: &Tokenizer,
     prompt: &[u32],
     opts: &GenerateOptions,
-    mut on_text: impl FnMut(&str, u32) -> bool,
+    on_text: impl FnMut(&str, u32) -> bool,
 ) -> Result<(FinishReason, Usage)> {
+    let (finish, usage, _) = generate_calls(backend, tk, prompt, opts, None, on_text).await?;
+    Ok((finish, usage))
+}
+
+/// As `generate`, with tool calls taken out of the reply by `calls` (from
+/// `tools::prepare`) and returned.
+pub async fn generate_calls<B: Backend>(
+    backend: &mut B,
+    tk: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    calls: Option<CallReader>,
+    mut on_text: impl FnMut(&str, u32) -> bool,
+) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
     let mut g = Generation::start(backend, tk, prompt, opts).await?;
+    if let Some(r) = calls {
+        g.expect_calls(r);
+    }
     loop {
-        match g.next(backend, tk).await? {
-            Event::Text { text, token } => {
-                if !on_text(&text, token) {
-                    if let Event::Done { finish, usage } = g.abort() {
-                        return Ok((finish, usage));
-                    }
-                }
-            }
-            Event::Done { finish, usage } => return Ok((finish, usage)),
+        let e = match g.next(backend, tk).await? {
+            Event::Text { text, token } if !on_text(&text, token) => g.abort(),
+            e => e,
+        };
+        if let Event::Done {
+            finish,
+            usage,
+            calls,
+        } = e
+        {
+            return Ok((finish, usage, calls));
         }
     }
 }

@@ -66,6 +66,12 @@ impl ResponseFormat {
     }
 }
 
+/// `schema` as a JSON Schema guide compiles it, for a Lark grammar's `%json` (compact
+/// JSON, bounded numbers; `lenient`: keywords the grammar cannot express ignored).
+pub fn guide_schema(schema: Value, lenient: bool) -> Value {
+    options(schema, lenient)
+}
+
 /// The compiler's options, in the schema's `x-guidance` (the schema's own win): JSON
 /// without free whitespace between tokens (a small model offered optional whitespace
 /// can spend its whole budget on it); `lenient` ignores keywords the grammar cannot
@@ -180,6 +186,7 @@ impl Grammars {
         let mut guide = Guide {
             matcher: Matcher::new(Ok(parser)),
             mask: Vec::new(),
+            stale: true,
             eos: self.eos,
             stops: self.stops.clone(),
         };
@@ -223,6 +230,8 @@ pub struct Guide {
     matcher: Matcher,
     /// Bit `t % 32` of word `t / 32`: token `t` is allowed next.
     mask: Vec<u32>,
+    /// The matcher moved past the position `mask` is for.
+    stale: bool,
     eos: u32,
     stops: Vec<u32>,
 }
@@ -237,9 +246,19 @@ impl Guide {
         allows(&self.mask, token)
     }
 
-    /// Advances past `token` (one the mask allowed); true when the text is complete
-    /// and nothing may follow.
+    /// Advances past `token` (one the mask allowed) and computes the next mask; true
+    /// when the text is complete and nothing may follow.
     pub fn accept(&mut self, token: u32) -> Result<bool> {
+        let complete = self.consume(token)?;
+        if !complete {
+            self.update()?;
+        }
+        Ok(complete)
+    }
+
+    /// Advances past `token` without computing the next mask yet (`update` does:
+    /// until then `mask` is the previous position's, `is_stale` says so).
+    pub fn consume(&mut self, token: u32) -> Result<bool> {
         self.matcher.consume_token(token).map_err(grammar_err)?;
         if self.matcher.is_stopped() {
             return match self.matcher.get_error() {
@@ -247,13 +266,20 @@ impl Guide {
                 None => Ok(true),
             };
         }
-        self.update()?;
+        self.stale = true;
         Ok(false)
     }
 
-    /// Computes the mask for the next token; the stop tokens join the end-of-text
-    /// token wherever the grammar may end.
-    fn update(&mut self) -> Result<()> {
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Computes the mask for the next token (when it is stale); the stop tokens join
+    /// the end-of-text token wherever the grammar may end.
+    pub fn update(&mut self) -> Result<()> {
+        if !self.stale {
+            return Ok(());
+        }
         let vob = self.matcher.compute_mask().map_err(grammar_err)?;
         self.mask.clear();
         self.mask.extend_from_slice(vob.as_slice());
@@ -261,6 +287,7 @@ impl Guide {
         for &t in &self.stops {
             set(&mut self.mask, t, may_end);
         }
+        self.stale = false;
         Ok(())
     }
 }

@@ -195,7 +195,17 @@ pub struct Plan {
 impl Plan {
     /// Records the plan into `pass`; `n_splits` sizes the flash-decoding dispatches.
     pub fn replay(&self, pass: &mut wgpu::ComputePass, n_splits: u32) {
-        for r in &self.steps {
+        self.replay_range(pass, n_splits, 0..self.steps.len());
+    }
+
+    /// Records dispatches `range` of the plan only (a step submitted in two parts).
+    pub fn replay_range(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        n_splits: u32,
+        range: std::ops::Range<usize>,
+    ) {
+        for r in self.steps.get(range).unwrap_or_default() {
             let [x, y, z] = match r.groups {
                 Groups::Fixed(g) => g,
                 Groups::Splits(x) => [x, n_splits.max(1), 1],
@@ -204,6 +214,11 @@ impl Plan {
             pass.set_bind_group(0, &r.bind_group, &[]);
             pass.dispatch_workgroups(x, y, z);
         }
+    }
+
+    /// This plan, then `next`'s dispatches.
+    pub fn extend(&mut self, next: Plan) {
+        self.steps.extend(next.steps);
     }
 
     /// Dispatches per replay.

@@ -17,12 +17,22 @@ pub const FUEL: u64 = 2_000_000;
 const RECURSION: usize = 64;
 /// Most bytes a rendered prompt may have (far more than any model's context).
 pub const MAX_OUTPUT: usize = 8 << 20;
-use serde::{Deserialize, Serialize};
+use super::tools::{Tool, ToolCall};
+use serde::{Deserialize, Deserializer, Serialize};
 
+/// One turn of a conversation, in OpenAI's shape: `content` may also be `null` or a
+/// list of text parts; an assistant turn may carry `tool_calls`, a `tool` turn the
+/// id of the call it answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: String,
+    #[serde(default, deserialize_with = "content_text")]
     pub content: String,
+    /// Absent (not empty) when there are none: templates test `'tool_calls' in message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -30,7 +40,31 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
+    }
+}
+
+/// A message's content as text: a string, `null`, or OpenAI's `[{type: "text", text}]`.
+fn content_text<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    use serde::de::Error as _;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(String::new()),
+        serde_json::Value::String(s) => Ok(s),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .map(|p| match (p["type"].as_str(), p["text"].as_str()) {
+                (Some("text"), Some(t)) => Ok(t),
+                _ => Err(D::Error::custom(format!(
+                    "content parts of type {} are not supported (text only)",
+                    p["type"]
+                ))),
+            })
+            .collect(),
+        _ => Err(D::Error::custom(
+            "content must be a string or a list of text parts",
+        )),
     }
 }
 
@@ -61,6 +95,7 @@ impl ChatTemplate {
             },
         );
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(template_err)?;
         Ok(ChatTemplate {
@@ -70,11 +105,20 @@ impl ChatTemplate {
         })
     }
 
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+    /// The prompt for `messages`; `tools` (none: `[]`) reach the template as
+    /// Hugging Face passes them, `none` when there are none (Llama 3.x tests
+    /// `tools is not none`).
+    pub fn render(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self.env.get_template("chat").map_err(template_err)?;
         let mut out = Bounded(Vec::new());
         let ctx = context! {
             messages => messages,
+            tools => (!tools.is_empty()).then_some(tools),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,
@@ -101,6 +145,83 @@ impl Write for Bounded {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// `tojson` as Hugging Face's template environment defines it (Python's `json.dumps`,
+/// non-ASCII kept): `", "` and `": "` between items, or `indent`; keys in their order
+/// unless `sort_keys`. (minijinja's own is compact and HTML-escapes `<`, `>`, `&`, `'`:
+/// not the text the model was trained on.)
+fn tojson(
+    value: minijinja::Value,
+    indent: Option<usize>,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<String, minijinja::Error> {
+    let indent = indent.or(kwargs.get::<Option<usize>>("indent")?);
+    let sort = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    let bad = |e: serde_json::Error| {
+        minijinja::Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON")
+            .with_source(e)
+    };
+    let mut v = serde_json::to_value(&value).map_err(bad)?;
+    if sort {
+        sort_keys(&mut v);
+    }
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let pad = " ".repeat(n);
+            let f = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            v.serialize(&mut serde_json::Serializer::with_formatter(&mut out, f))
+        }
+        None => v.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut out, PyCompact,
+        )),
+    };
+    written.map_err(bad)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn sort_keys(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.sort_keys();
+            m.values_mut().for_each(sort_keys);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(sort_keys),
+        _ => {}
+    }
+}
+
+/// Python's default separators: `", "` and `": "`.
+struct PyCompact;
+
+impl serde_json::ser::Formatter for PyCompact {
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
     }
 }
 
@@ -165,7 +286,7 @@ mod tests {
     #[test]
     fn raise_exception_is_an_error() {
         let t = ChatTemplate::new("{{ raise_exception('no system role') }}", "", "").unwrap();
-        let e = t.render(&[], false).unwrap_err().to_string();
+        let e = t.render(&[], &[], false).unwrap_err().to_string();
         assert!(e.contains("no system role"), "{e}");
     }
 
@@ -184,7 +305,7 @@ mod tests {
         for src in bombs {
             let t = web_time::Instant::now();
             let e = ChatTemplate::new(src, "", "")
-                .and_then(|tpl| tpl.render(&[Message::new("user", "hi")], true))
+                .and_then(|tpl| tpl.render(&[Message::new("user", "hi")], &[], true))
                 .unwrap_err();
             let secs = t.elapsed().as_secs_f64();
             assert!(secs < 5.0, "{src}: took {secs} s");
@@ -192,10 +313,32 @@ mod tests {
         }
     }
 
+    /// As Python's `json.dumps` (ensure_ascii off) writes it, as Hugging Face renders.
+    #[test]
+    fn tojson_writes_what_python_writes() {
+        let render = |src: &str| {
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            t.render(&[], &[], false).unwrap()
+        };
+        let v = "{'b': 1, 'a': [1.5, 'x<y & \\'z\\'', none, true], 'é': {}}";
+        assert_eq!(
+            render(&format!("{{{{ {v} | tojson }}}}")),
+            r#"{"b": 1, "a": [1.5, "x<y & 'z'", null, true], "é": {}}"#
+        );
+        assert_eq!(
+            render("{{ {'b': [1], 'a': 2} | tojson(indent=2) }}"),
+            "{\n  \"b\": [\n    1\n  ],\n  \"a\": 2\n}"
+        );
+        assert_eq!(
+            render("{{ {'b': {'d': 1, 'c': 2}, 'a': 2} | tojson(sort_keys=true) }}"),
+            r#"{"a": 2, "b": {"c": 2, "d": 1}}"#
+        );
+    }
+
     #[test]
     fn today_is_not_1970() {
         let t = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
-        let year: i32 = t.render(&[], false).unwrap().parse().unwrap();
+        let year: i32 = t.render(&[], &[], false).unwrap().parse().unwrap();
         assert!(year >= 2025, "{year}");
     }
 
@@ -203,7 +346,8 @@ mod tests {
     fn python_string_methods_work() {
         let t = ChatTemplate::new("{{ messages[0].content.strip().upper() }}", "", "").unwrap();
         assert_eq!(
-            t.render(&[Message::new("user", "  hi ")], false).unwrap(),
+            t.render(&[Message::new("user", "  hi ")], &[], false)
+                .unwrap(),
             "HI"
         );
     }

@@ -11,7 +11,7 @@
 //! in contents are broken by a word joiner (U+2060) before rendering, so the model sees
 //! them as text in every case.
 
-use super::{Message, Tokenizer};
+use super::{Message, Tokenizer, Tool};
 use crate::error::Result;
 use std::ops::Range;
 
@@ -33,18 +33,30 @@ impl Tokenizer {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>> {
-        let text = self.apply_chat_template(messages, add_generation_prompt)?;
-        let ids = match self.content_spans(messages, add_generation_prompt, &text) {
+        self.encode_chat_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// As `encode_chat`, with `tools` offered to the template (which renders them
+    /// as markup: their definitions and the calls are not anchored content).
+    pub fn encode_chat_tools(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        let gen = add_generation_prompt;
+        let text = self.apply_chat_template_tools(messages, tools, gen)?;
+        let ids = match self.content_spans(messages, tools, gen, &text) {
             Some(spans) => self.encode_outside(&text, &spans)?,
             None => {
                 let safe: Vec<Message> = messages
                     .iter()
-                    .map(|m| Message::new(&m.role, &self.break_specials(&m.content)))
+                    .map(|m| Message {
+                        content: self.break_specials(&m.content),
+                        ..m.clone()
+                    })
                     .collect();
-                self.encode(
-                    &self.apply_chat_template(&safe, add_generation_prompt)?,
-                    true,
-                )?
+                self.encode(&self.apply_chat_template_tools(&safe, tools, gen)?, true)?
             }
         };
         Ok(self.with_bos(ids))
@@ -55,16 +67,25 @@ impl Tokenizer {
     fn content_spans(
         &self,
         messages: &[Message],
+        tools: &[Tool],
         add_generation_prompt: bool,
         text: &str,
     ) -> Option<Vec<Range<usize>>> {
         let marked: Vec<Message> = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| Message::new(&m.role, &format!("{OPEN}{i}{CLOSE}")))
+            .map(|(i, m)| Message {
+                // Empty content (a tool call's) stays empty: templates branch on it.
+                content: if m.content.is_empty() {
+                    String::new()
+                } else {
+                    format!("{OPEN}{i}{CLOSE}")
+                },
+                ..m.clone()
+            })
             .collect();
         let skeleton = self
-            .apply_chat_template(&marked, add_generation_prompt)
+            .apply_chat_template_tools(&marked, tools, add_generation_prompt)
             .ok()?;
         let pieces = pieces(&skeleton, messages.len())?;
         let mut spans = Vec::new();
@@ -123,7 +144,7 @@ impl Tokenizer {
     }
 
     /// The longest special token `s` starts with: (its length in bytes, its id).
-    fn special_at(&self, s: &str) -> Option<(usize, u32)> {
+    pub(crate) fn special_at(&self, s: &str) -> Option<(usize, u32)> {
         let first = s.chars().next()?;
         self.specials
             .get(&first)?

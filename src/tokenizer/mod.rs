@@ -7,10 +7,12 @@ mod chat_ids;
 mod from_gguf;
 mod spm;
 mod stream;
+pub mod tools;
 
 pub use chat::{ChatTemplate, Message};
 pub use from_gguf::SpecialIds;
 pub use stream::TextStream;
+pub use tools::{FunctionCall, FunctionDef, Tool, ToolCall, ToolSyntax};
 
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
@@ -186,11 +188,23 @@ impl Tokenizer {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String> {
-        self.chat
-            .as_ref()
-            .ok_or_else(|| {
-                Error::Template("this model has no chat template (tokenizer.chat_template)".into())
-            })?
-            .render(messages, add_generation_prompt)
+        self.apply_chat_template_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders `messages` with the model's chat template, `tools` offered to it.
+    pub fn apply_chat_template_tools(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.template()?
+            .render(messages, tools, add_generation_prompt)
+    }
+
+    fn template(&self) -> Result<&ChatTemplate> {
+        self.chat.as_ref().ok_or_else(|| {
+            Error::Template("this model has no chat template (tokenizer.chat_template)".into())
+        })
     }
 }

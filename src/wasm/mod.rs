@@ -214,7 +214,11 @@ impl Engine {
     pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
         let msgs = serde_wasm_bindgen::from_value::<Vec<Message>>(messages)
             .map(Prompt::Chat)
-            .map_err(|e| js_err(format!("messages must be [{{role, content}}]: {e}")));
+            .map_err(|e| {
+                js_err(format!(
+                    "messages must be [{{role, content}}] (OpenAI's shape): {e}"
+                ))
+            });
         self.start(msgs, options, adapter)
     }
 
@@ -343,6 +347,8 @@ struct Chunk {
     finish_reason: Option<crate::engine::FinishReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<crate::tokenizer::ToolCall>,
 }
 
 impl From<Event> for Chunk {
@@ -353,10 +359,15 @@ impl From<Event> for Chunk {
                 token_id: Some(token),
                 ..Default::default()
             },
-            Event::Done { finish, usage } => Chunk {
+            Event::Done {
+                finish,
+                usage,
+                calls,
+            } => Chunk {
                 done: true,
                 finish_reason: Some(finish),
                 usage: Some(usage),
+                tool_calls: calls,
                 ..Default::default()
             },
         }

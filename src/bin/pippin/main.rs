@@ -6,7 +6,10 @@ mod bench_guided;
 mod quality;
 
 use clap::{Args, Parser, Subcommand};
-use pippin::engine::{self, CpuSession, Engine, GenerateOptions, SessionOptions};
+use pippin::engine::tools::{self, Prepared};
+use pippin::engine::{
+    self, CpuSession, Engine, GenerateOptions, SessionOptions, ToolChoice, ToolMode,
+};
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
 use pippin::guided::ResponseFormat;
@@ -90,11 +93,23 @@ enum Cmd {
 struct GenerateArgs {
     #[arg(long, default_value = DEFAULT_MODEL)]
     model: PathBuf,
-    #[arg(long, short)]
-    prompt: String,
+    #[arg(long, short, required_unless_present = "messages")]
+    prompt: Option<String>,
     /// Wrap the prompt as a user message in the model's chat template.
     #[arg(long)]
     chat: bool,
+    /// A whole conversation instead of --prompt: a JSON file of OpenAI-shaped
+    /// messages (tool calls and `tool` results included); implies --chat.
+    #[arg(long, value_name = "FILE", conflicts_with = "prompt")]
+    messages: Option<PathBuf>,
+    /// Tools the model may call: a JSON file of OpenAI-shaped tool definitions
+    /// (`[{"type": "function", "function": {"name", "description", "parameters"}}]`);
+    /// implies --chat. A call is printed as JSON (`{"tool_calls": [...]}`).
+    #[arg(long, value_name = "FILE")]
+    tools: Option<PathBuf>,
+    /// auto (a call or an answer), required, none, or a tool's name.
+    #[arg(long, default_value = "auto", requires = "tools")]
+    tool_choice: String,
     /// System message for --chat (default: the template's own).
     #[arg(long)]
     system: Option<String>,
@@ -166,6 +181,40 @@ fn response_format(a: &GenerateArgs) -> Result<Option<ResponseFormat>> {
     })
 }
 
+fn read_json<T: serde::de::DeserializeOwned>(p: &std::path::Path) -> Result<T> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| Error::invalid(format!("cannot read {}: {e}", p.display())))?;
+    serde_json::from_str(&text).map_err(|e| Error::invalid(format!("{}: {e}", p.display())))
+}
+
+fn tool_choice(s: &str) -> ToolChoice {
+    match s {
+        "auto" => ToolChoice::Mode(ToolMode::Auto),
+        "required" => ToolChoice::Mode(ToolMode::Required),
+        "none" => ToolChoice::Mode(ToolMode::None),
+        name => ToolChoice::Named {
+            function: pippin::engine::tools::Named { name: name.into() },
+        },
+    }
+}
+
+/// The conversation the flags give, if it is one.
+fn messages(a: &GenerateArgs) -> Result<Option<Vec<Message>>> {
+    if let Some(p) = &a.messages {
+        return read_json(p).map(Some);
+    }
+    let prompt = a.prompt.clone().unwrap_or_default();
+    if !a.chat && a.tools.is_none() {
+        return Ok(None);
+    }
+    let mut msgs = Vec::new();
+    if let Some(s) = &a.system {
+        msgs.push(Message::new("system", s));
+    }
+    msgs.push(Message::new("user", &prompt));
+    Ok(Some(msgs))
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
@@ -204,16 +253,6 @@ fn parse_kv(s: &str) -> std::result::Result<KvFormat, String> {
 fn generate(a: GenerateArgs) -> Result<()> {
     let (gguf, _) = Gguf::open(&a.model)?;
     let tk = Tokenizer::from_gguf(&gguf.metadata)?;
-    let prompt = if a.chat {
-        let mut msgs = Vec::new();
-        if let Some(s) = &a.system {
-            msgs.push(Message::new("system", s));
-        }
-        msgs.push(Message::new("user", &a.prompt));
-        tk.encode_chat(&msgs, true)?
-    } else {
-        tk.encode_prompt(&a.prompt, false)?
-    };
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerOptions {
@@ -227,6 +266,23 @@ fn generate(a: GenerateArgs) -> Result<()> {
         },
         stop: a.stop.clone(),
         response_format: response_format(&a)?,
+        tools: match &a.tools {
+            Some(p) => read_json(p)?,
+            None => vec![],
+        },
+        tool_choice: a.tools.as_ref().map(|_| tool_choice(&a.tool_choice)),
+    };
+    let Prepared {
+        ids: prompt,
+        opts,
+        calls,
+    } = match messages(&a)? {
+        Some(m) => tools::prepare(&tk, &m, &opts)?,
+        None => Prepared {
+            ids: tk.encode_prompt(a.prompt.as_deref().unwrap_or_default(), false)?,
+            opts,
+            calls: None,
+        },
     };
     let mut out = std::io::stdout().lock();
     // A closed pipe (e.g. `| head`) ends generation quietly.
@@ -235,7 +291,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             .and_then(|_| out.flush())
             .is_ok()
     };
-    let (finish, u, engine) = if a.cpu {
+    let (finish, u, tool_calls, engine) = if a.cpu {
         let (_, mut model) = load_reference(&a.model)?;
         if let Some(dir) = &a.adapter {
             // The reference applies an adapter by merging it: W + s·B·A.
@@ -243,9 +299,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             pippin::adapters::merge_into(&mut model.weights, &ad);
         }
         let mut session = CpuSession::new(&model);
-        let (f, u) =
-            pollster::block_on(engine::generate(&mut session, &tk, &prompt, &opts, on_text))?;
-        (f, u, "CPU reference".to_string())
+        let r = engine::generate_calls(&mut session, &tk, &prompt, &opts, calls, on_text);
+        let (f, u, c) = pollster::block_on(r)?;
+        (f, u, c, "CPU reference".to_string())
     } else {
         let so = SessionOptions {
             max_context: a.max_context,
@@ -259,9 +315,24 @@ fn generate(a: GenerateArgs) -> Result<()> {
             e.model().gpu.adapter.backend
         );
         let mut b = e.backend()?;
-        let (f, u) = pollster::block_on(engine::generate(&mut b, &tk, &prompt, &opts, on_text))?;
-        (f, u, format!("{name}, KV {:?}", a.kv))
+        let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
+        let (f, u, c) = pollster::block_on(r)?;
+        (f, u, c, format!("{name}, KV {:?}", a.kv))
     };
+    if !tool_calls.is_empty() {
+        // OpenAI's shape: arguments as a JSON text.
+        let calls: Vec<_> = tool_calls
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments.to_string()},
+                })
+            })
+            .collect();
+        print!("{}", serde_json::json!({ "tool_calls": calls }));
+    }
     let _ = writeln!(std::io::stdout());
     eprintln!(
         "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, finish: {finish:?}]",

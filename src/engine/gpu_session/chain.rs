@@ -5,7 +5,7 @@
 //! `chosen` reads them in order. A chained step's input is unknown when it is
 //! submitted: the session holds a placeholder for it until the step before is read.
 
-use super::GpuSession;
+use super::{GpuSession, Part};
 use crate::engine::gpu_adapter::GpuAdapter;
 use crate::engine::gpu_model::GpuModel;
 use crate::engine::Want;
@@ -67,14 +67,14 @@ impl GpuSession {
         };
         // A long prompt's earlier chunks run first (nothing read back).
         for chunk in head.chunks(self.opts.chunk) {
-            let (n, pos0) = self.upload_step(&m.gpu, chunk, None);
-            let enc = self.encode_chunk(m, adapter, n, pos0, None)?;
+            let at = self.upload_step(&m.gpu, chunk, None, false);
+            let enc = self.encode_chunk(m, adapter, at, None, Part::Whole)?;
             m.gpu.queue.submit([enc.finish()]);
             self.tokens.extend_from_slice(chunk);
             self.wrote(self.tokens.len());
         }
-        let (n, pos0) = self.upload_step(&m.gpu, last, Some(want));
-        let mut enc = self.encode_chunk(m, adapter, n, pos0, Some(want))?;
+        let at = self.upload_step(&m.gpu, last, Some(want), false);
+        let mut enc = self.encode_chunk(m, adapter, at, Some(want), Part::Whole)?;
         let staging = self.next_choice;
         enc.copy_buffer_to_buffer(&self.b.tokens, 0, &self.b.read_choice[staging], 0, 4);
         m.gpu.queue.submit([enc.finish()]);
