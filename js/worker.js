@@ -4,8 +4,6 @@
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 
-const HOST = new URL("./worker-host.js", import.meta.url);
-
 let nextId = 1;
 
 class Connection {
@@ -96,7 +94,9 @@ export class Pippin {
 
   /** As `Pippin.load` of the main module; Blob, bytes and URL sources are sent to the worker. */
   static async load(source, options = {}) {
-    const worker = new Worker(HOST, { type: "module" });
+    // Written inline as bundlers (Vite, webpack, esbuild, Parcel) recognize it: they
+    // then emit worker-host.js with the build. A URL kept in a variable is missed.
+    const worker = new Worker(new URL("./worker-host.js", import.meta.url), { type: "module" });
     const conn = new Connection(worker);
     const { onProgress, signal: _s, ...opts } = options;
     if (source instanceof Response) source = await source.blob();

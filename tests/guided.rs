@@ -7,6 +7,9 @@
 mod common;
 
 use common::{model_path, reference};
+// The mask computed before the step is submitted (the trait's `forward_masked`),
+// against the GPU's split step (computed while the layers run).
+use common::plain::Plain as MaskFirst;
 use pippin::engine::{
     self, Backend, CpuSession, FinishReason, GenerateOptions, GpuBackend, GpuModel, GpuSession,
     Logits, SessionOptions, Want,
@@ -372,29 +375,6 @@ impl<B: Backend> Backend for FullLogits<B> {
         let l = self.0.forward(tokens, Want::logits()).await?;
         assert!(want.mask.is_some(), "a guided step carries its mask");
         Ok(l)
-    }
-    fn tokens(&self) -> &[u32] {
-        self.0.tokens()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.0.truncate(len)
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.0.log_probs(tokens).await
-    }
-    fn context_length(&self) -> usize {
-        self.0.context_length()
-    }
-}
-
-/// A backend whose mask is computed before the step is submitted (the trait's
-/// `forward_masked`), against the GPU's split step (the mask computed while the layers
-/// run, uploaded before the pick).
-struct MaskFirst<B>(B);
-
-impl<B: Backend> Backend for MaskFirst<B> {
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.0.forward(tokens, want).await
     }
     fn tokens(&self) -> &[u32] {
         self.0.tokens()

@@ -8,6 +8,8 @@
 mod common;
 
 use common::model_path;
+// A backend seen one step at a time (`chains` is false).
+use common::plain::Plain as OneAtATime;
 use pippin::engine::{
     self, Backend, FinishReason, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits,
     SessionOptions, Want,
@@ -36,27 +38,6 @@ fn session(max_context: usize) -> GpuSession {
         chunk: 64,
     };
     GpuSession::new(&model().0, opts).unwrap()
-}
-
-/// A backend seen one step at a time: `chains` is false, everything else passes.
-struct OneAtATime<B>(B);
-
-impl<B: Backend> Backend for OneAtATime<B> {
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.0.forward(tokens, want).await
-    }
-    fn tokens(&self) -> &[u32] {
-        self.0.tokens()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.0.truncate(len)
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.0.log_probs(tokens).await
-    }
-    fn context_length(&self) -> usize {
-        self.0.context_length()
-    }
 }
 
 /// What a generation wrote: its tokens, text, how it ended, the cache after.

@@ -373,19 +373,28 @@ impl Generation {
     /// the device runs them (on a backend that can split a step).
     async fn run<B: Backend>(&mut self, backend: &mut B, tokens: &[u32]) -> Result<Logits> {
         let ids = self.sampler.penalized_ids(&self.history);
-        let Some(mut guide) = self.guide.take_if(|g| g.is_stale()) else {
+        if !self.guide.as_ref().is_some_and(Guide::is_stale) {
             return backend
                 .forward(tokens, self.want(&ids, Pick::default()))
                 .await;
+        }
+        let want = Want {
+            top_k: Some(self.top_k),
+            penalty: self.opts.sampler.repetition_penalty,
+            penalty_ids: &ids,
+            pick: Pick::default(),
+            mask: None,
         };
-        let want = self.want(&ids, Pick::default());
-        let mut mask = || {
-            guide.update()?;
-            Ok(guide.mask().to_vec())
+        // The guide stays in place (a dropped future leaves the reply guided).
+        let guide = &mut self.guide;
+        let mut mask = || match guide {
+            Some(g) => {
+                g.update()?;
+                Ok(g.mask().to_vec())
+            }
+            None => Err(Error::Grammar("the reply lost its guide".into())),
         };
-        let r = backend.forward_masked(tokens, want, &mut mask).await;
-        self.guide = Some(guide);
-        r
+        backend.forward_masked(tokens, want, &mut mask).await
     }
 
     fn want<'a>(&'a self, ids: &'a [u32], pick: Pick) -> Want<'a> {

@@ -70,7 +70,11 @@ pub fn prepare(tk: &Tokenizer, messages: &[Message], opts: &GenerateOptions) -> 
             calls: None,
         });
     }
-    if opts.response_format.is_some() {
+    if opts
+        .response_format
+        .as_ref()
+        .is_some_and(|f| *f != ResponseFormat::Text)
+    {
         return Err(Error::invalid(
             "a response format and tools cannot be used together (a call has its own format)",
         ));
@@ -123,6 +127,11 @@ fn visible(tk: &Tokenizer, syntax: &ToolSyntax) -> ToolSyntax {
 fn callable(tools: &[Tool], choice: Option<&ToolChoice>) -> Result<Vec<Tool>> {
     Ok(match choice {
         Some(ToolChoice::Mode(ToolMode::None)) => vec![],
+        Some(ToolChoice::Mode(ToolMode::Required)) if tools.is_empty() => {
+            return Err(Error::invalid(
+                "tool_choice \"required\" needs at least one tool",
+            ))
+        }
         Some(ToolChoice::Named { function }) => {
             let t = tools.iter().find(|t| t.name() == function.name);
             vec![t.cloned().ok_or_else(|| {
@@ -136,12 +145,31 @@ fn callable(tools: &[Tool], choice: Option<&ToolChoice>) -> Result<Vec<Tool>> {
     })
 }
 
-/// The JSON Schema of a call object in `syntax` to one of `tools`.
+/// The JSON Schema of a call object in `syntax` to one of `tools`. Each tool's
+/// `parameters` lives in the root's `$defs` (as `tool<i>`, its own definitions as
+/// `tool<i>.<name>`) with its `$ref`s rewritten, so that references to its root or
+/// its `$defs` (as zod and Pydantic write them) still resolve once nested.
 fn call_schema(syntax: &ToolSyntax, tools: &[Tool]) -> Value {
-    let one = |t: &Tool| {
+    let mut defs = Map::new();
+    let mut one = |(i, t): (usize, &Tool)| {
+        let name = format!("tool{i}");
+        let mut params = t.parameters();
+        for key in ["$defs", "definitions"] {
+            if let Some(Value::Object(d)) = params.as_object_mut().and_then(|p| p.remove(key)) {
+                for (k, mut v) in d {
+                    rebase_refs(&mut v, &name);
+                    defs.insert(format!("{name}.{k}"), v);
+                }
+            }
+        }
+        rebase_refs(&mut params, &name);
+        defs.insert(name.clone(), params);
         let mut props = Map::new();
         props.insert(syntax.name_key.clone(), json!({ "const": t.name() }));
-        props.insert(syntax.args_key.clone(), t.parameters());
+        props.insert(
+            syntax.args_key.clone(),
+            json!({ "$ref": format!("#/$defs/{name}") }),
+        );
         json!({
             "type": "object",
             "properties": props,
@@ -149,9 +177,34 @@ fn call_schema(syntax: &ToolSyntax, tools: &[Tool]) -> Value {
             "additionalProperties": false,
         })
     };
-    match tools {
-        [t] => one(t),
-        _ => json!({ "anyOf": tools.iter().map(one).collect::<Vec<_>>() }),
+    let mut schema = match tools {
+        [t] => one((0, t)),
+        _ => json!({ "anyOf": tools.iter().enumerate().map(&mut one).collect::<Vec<_>>() }),
+    };
+    schema["$defs"] = Value::Object(defs);
+    schema
+}
+
+/// Rewrites the local `$ref`s of tool `name`'s schema for its place in `$defs`:
+/// `#/$defs/X…` and `#/definitions/X…` to `#/$defs/name.X…`, `#…` to `#/$defs/name…`.
+fn rebase_refs(v: &mut Value, name: &str) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get_mut("$ref") {
+                if let Some(rest) = r.strip_prefix('#') {
+                    let def = ["/$defs/", "/definitions/"]
+                        .iter()
+                        .find_map(|p| rest.strip_prefix(p));
+                    *r = match def {
+                        Some(d) => format!("#/$defs/{name}.{d}"),
+                        None => format!("#/$defs/{name}{rest}"),
+                    };
+                }
+            }
+            m.values_mut().for_each(|x| rebase_refs(x, name));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rebase_refs(x, name)),
+        _ => {}
     }
 }
 
@@ -159,7 +212,7 @@ fn call_schema(syntax: &ToolSyntax, tools: &[Tool]) -> Value {
 /// (its rest, the object, what follows it) or, when `may_answer`, text that cannot
 /// begin a call.
 fn grammar(tk: &Tokenizer, syntax: &ToolSyntax, tools: &[Tool], may_answer: bool) -> String {
-    let shared = common_prefix(&syntax.before, &syntax.answer_prefix);
+    let shared = common_prefix(tk, &syntax.before, &syntax.answer_prefix);
     let call_rest = &syntax.before[shared.len()..];
     let answer_rest = &syntax.answer_prefix[shared.len()..];
     // Compact JSON as every guided reply; tool schemas are the app's, often loose
@@ -185,12 +238,22 @@ fn grammar(tk: &Tokenizer, syntax: &ToolSyntax, tools: &[Tool], may_answer: bool
     g + &format!("call: {call}\n")
 }
 
-fn common_prefix<'a>(a: &'a str, b: &str) -> &'a str {
+/// The longest common prefix of `a` and `b` that does not end inside a special token
+/// (the grammar asks for those whole).
+fn common_prefix<'a>(tk: &Tokenizer, a: &'a str, b: &str) -> &'a str {
     let n = a
         .char_indices()
         .zip(b.chars())
         .find(|((_, x), y)| x != y)
         .map_or(a.len().min(b.len()), |((i, _), _)| i);
+    let mut i = 0;
+    while i < n {
+        match tk.special_at(&a[i..]) {
+            Some((len, _)) if i + len > n => return &a[..i],
+            Some((len, _)) => i += len,
+            None => i += a[i..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
     &a[..n]
 }
 
@@ -245,12 +308,19 @@ pub struct CallReader {
     holding: bool,
 }
 
-/// Call ids, unique in this process (`call_1`, `call_2`, …).
+/// Call ids: a counter after the time this process first made one (in ms), so ids of
+/// a conversation kept across page loads do not repeat.
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn call_id() -> String {
+    static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        web_time::SystemTime::now()
+            .duration_since(web_time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    });
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-    format!("call_{n}")
+    format!("call_{start:x}_{n}")
 }
 
 impl CallReader {
@@ -274,8 +344,12 @@ impl CallReader {
             return piece.to_string();
         }
         self.held.push_str(piece);
-        let start = self.call_start();
-        if start.starts_with(self.held.as_str()) || self.held.starts_with(&start) {
+        let (start, held) = (self.call_start(), self.held.as_str());
+        // Held while it may become a call, or is still within the answer's prefix.
+        if start.starts_with(held)
+            || held.starts_with(&start)
+            || self.syntax.answer_prefix.starts_with(held)
+        {
             return String::new();
         }
         self.holding = false;
@@ -312,5 +386,69 @@ impl CallReader {
             }
             _ => (finish, vec![], self.answer_text()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen_like() -> ToolSyntax {
+        ToolSyntax {
+            before: "<think>\n\n</think>\n\n<tool_call>\n".into(),
+            after: "\n</tool_call>".into(),
+            name_key: "name".into(),
+            args_key: "arguments".into(),
+            answer_prefix: "<think>\n\n</think>\n\n".into(),
+            native: true,
+        }
+    }
+
+    fn tool(name: &str) -> Tool {
+        serde_json::from_value(json!({"type": "function", "function": {"name": name}})).unwrap()
+    }
+
+    /// An answer streamed in small pieces loses the template's answer prefix, however
+    /// the pieces split it; a call streams nothing and comes back parsed.
+    #[test]
+    fn reader_streams_answers_and_holds_calls() {
+        for cut in 1..8 {
+            let text = "<think>\n\n</think>\n\nHello there";
+            let mut r = CallReader::new(qwen_like(), vec![tool("f")]);
+            let chars: Vec<char> = text.chars().collect();
+            let mut out = String::new();
+            for piece in chars.chunks(cut) {
+                out += &r.push(&piece.iter().collect::<String>());
+            }
+            let (finish, calls, rest) = r.finish(FinishReason::Stop);
+            out += &rest;
+            assert_eq!(
+                (out.as_str(), finish, calls.len()),
+                ("Hello there", FinishReason::Stop, 0)
+            );
+        }
+        let call = "<think>\n\n</think>\n\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call>";
+        let mut r = CallReader::new(qwen_like(), vec![tool("f")]);
+        let streamed: String = call.chars().map(|c| r.push(&c.to_string())).collect();
+        assert_eq!(streamed, "");
+        let (finish, calls, rest) = r.finish(FinishReason::Stop);
+        assert_eq!((finish, rest.as_str()), (FinishReason::ToolCalls, ""));
+        assert_eq!(calls[0].function.name, "f");
+        assert_eq!(calls[0].function.arguments, json!({"x": 1}));
+        // A call to a tool not offered is not a call.
+        let mut r = CallReader::new(qwen_like(), vec![tool("g")]);
+        r.push(call);
+        assert_eq!(r.finish(FinishReason::Stop).0, FinishReason::Stop);
+    }
+
+    #[test]
+    fn references_are_rebased() {
+        let mut v = json!({"a": {"$ref": "#/$defs/X/properties/y"}, "b": [{"$ref": "#"}],
+            "c": {"$ref": "#/definitions/Z"}, "d": {"$ref": "https://example.com/s"}});
+        rebase_refs(&mut v, "tool1");
+        assert_eq!(v["a"]["$ref"], "#/$defs/tool1.X/properties/y");
+        assert_eq!(v["b"][0]["$ref"], "#/$defs/tool1");
+        assert_eq!(v["c"]["$ref"], "#/$defs/tool1.Z");
+        assert_eq!(v["d"]["$ref"], "https://example.com/s");
     }
 }

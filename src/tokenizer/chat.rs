@@ -29,7 +29,11 @@ pub struct Message {
     #[serde(default, deserialize_with = "content_text")]
     pub content: String,
     /// Absent (not empty) when there are none: templates test `'tool_calls' in message`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "list_or_null",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
@@ -44,6 +48,13 @@ impl Message {
             tool_call_id: None,
         }
     }
+}
+
+/// A list, `null` (Python's `model_dump()` writes it) being empty.
+fn list_or_null<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A message's content as text: a string, `null`, or OpenAI's `[{type: "text", text}]`.
@@ -159,7 +170,20 @@ fn tojson(
 ) -> Result<String, minijinja::Error> {
     let indent = indent.or(kwargs.get::<Option<usize>>("indent")?);
     let sort = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    let ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let seps = kwargs.get::<Option<Vec<String>>>("separators")?;
     kwargs.assert_all_used()?;
+    let (item, key) = match seps.as_deref() {
+        Some([i, k]) => (i.clone(), k.clone()),
+        Some(_) => {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators is (item separator, key separator)",
+            ))
+        }
+        None if indent.is_some() => (",".into(), ": ".into()),
+        None => (", ".into(), ": ".into()),
+    };
     let bad = |e: serde_json::Error| {
         minijinja::Error::new(ErrorKind::InvalidOperation, "cannot serialize to JSON")
             .with_source(e)
@@ -170,17 +194,35 @@ fn tojson(
     }
     let mut out = Vec::new();
     let written = match indent {
-        Some(n) => {
+        Some(n) if seps.is_none() => {
             let pad = " ".repeat(n);
             let f = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
             v.serialize(&mut serde_json::Serializer::with_formatter(&mut out, f))
         }
-        None => v.serialize(&mut serde_json::Serializer::with_formatter(
-            &mut out, PyCompact,
-        )),
+        _ => {
+            let f = PyFormatter { item, key };
+            v.serialize(&mut serde_json::Serializer::with_formatter(&mut out, f))
+        }
     };
     written.map_err(bad)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    let text = String::from_utf8_lossy(&out).into_owned();
+    Ok(if ascii { ascii_escaped(&text) } else { text })
+}
+
+/// Non-ASCII characters as `\uXXXX` escapes (UTF-16, as Python writes them); in JSON
+/// text they only occur inside strings.
+fn ascii_escaped(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            for u in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    out
 }
 
 fn sort_keys(v: &mut serde_json::Value) {
@@ -194,10 +236,13 @@ fn sort_keys(v: &mut serde_json::Value) {
     }
 }
 
-/// Python's default separators: `", "` and `": "`.
-struct PyCompact;
+/// JSON on one line with Python's separators (default `", "` and `": "`).
+struct PyFormatter {
+    item: String,
+    key: String,
+}
 
-impl serde_json::ser::Formatter for PyCompact {
+impl serde_json::ser::Formatter for PyFormatter {
     fn begin_array_value<W: ?Sized + Write>(
         &mut self,
         w: &mut W,
@@ -206,7 +251,7 @@ impl serde_json::ser::Formatter for PyCompact {
         if first {
             Ok(())
         } else {
-            w.write_all(b", ")
+            w.write_all(self.item.as_bytes())
         }
     }
     fn begin_object_key<W: ?Sized + Write>(
@@ -217,11 +262,11 @@ impl serde_json::ser::Formatter for PyCompact {
         if first {
             Ok(())
         } else {
-            w.write_all(b", ")
+            w.write_all(self.item.as_bytes())
         }
     }
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(b": ")
+        w.write_all(self.key.as_bytes())
     }
 }
 
@@ -332,6 +377,10 @@ mod tests {
         assert_eq!(
             render("{{ {'b': {'d': 1, 'c': 2}, 'a': 2} | tojson(sort_keys=true) }}"),
             r#"{"a": 2, "b": {"c": 2, "d": 1}}"#
+        );
+        assert_eq!(
+            render("{{ {'a': 'é😀', 'b': [1, 2]} | tojson(ensure_ascii=true, separators=(',', ':')) }}"),
+            r#"{"a":"\u00e9\ud83d\ude00","b":[1,2]}"#
         );
     }
 

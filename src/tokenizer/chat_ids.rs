@@ -11,8 +11,9 @@
 //! in contents are broken by a word joiner (U+2060) before rendering, so the model sees
 //! them as text in every case.
 
-use super::{Message, Tokenizer, Tool};
+use super::{FunctionCall, FunctionDef, Message, Tokenizer, Tool, ToolCall};
 use crate::error::Result;
+use serde_json::Value;
 use std::ops::Range;
 
 const OPEN: char = '\u{E000}';
@@ -45,6 +46,7 @@ impl Tokenizer {
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>> {
         let gen = add_generation_prompt;
+        let (messages, tools) = &self.defuse_tools(messages, tools);
         let text = self.apply_chat_template_tools(messages, tools, gen)?;
         let ids = match self.content_spans(messages, tools, gen, &text) {
             Some(spans) => self.encode_outside(&text, &spans)?,
@@ -151,6 +153,53 @@ impl Tokenizer {
             .iter()
             .find(|(t, _)| s.starts_with(t.as_str()))
             .map(|(t, id)| (t.len(), *id))
+    }
+
+    /// Tool calls and definitions are rendered as markup, not anchored content: the
+    /// special-token texts in them are broken as in content that cannot be anchored.
+    fn defuse_tools(&self, messages: &[Message], tools: &[Tool]) -> (Vec<Message>, Vec<Tool>) {
+        let call = |c: &ToolCall| ToolCall {
+            function: FunctionCall {
+                name: self.break_specials(&c.function.name),
+                arguments: self.defuse_json(&c.function.arguments),
+            },
+            ..c.clone()
+        };
+        let messages = messages
+            .iter()
+            .map(|m| Message {
+                tool_calls: m.tool_calls.iter().map(call).collect(),
+                ..m.clone()
+            })
+            .collect();
+        let tools = tools
+            .iter()
+            .map(|t| Tool {
+                function: FunctionDef {
+                    name: self.break_specials(&t.function.name),
+                    description: t
+                        .function
+                        .description
+                        .as_deref()
+                        .map(|d| self.break_specials(d)),
+                    parameters: t.function.parameters.as_ref().map(|p| self.defuse_json(p)),
+                },
+                ..t.clone()
+            })
+            .collect();
+        (messages, tools)
+    }
+
+    fn defuse_json(&self, v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(self.break_specials(s)),
+            Value::Array(a) => a.iter().map(|x| self.defuse_json(x)).collect(),
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, x)| (self.break_specials(k), self.defuse_json(x)))
+                .collect(),
+            other => other.clone(),
+        }
     }
 
     /// `text` with a word joiner after the first character of each special token.

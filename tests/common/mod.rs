@@ -66,5 +66,6 @@ pub fn ids(v: &Value) -> Vec<u32> {
 
 pub mod gpu;
 pub mod llama_cpp;
+pub mod plain;
 #[allow(unused_imports)]
 pub use pippin::testing::synthetic;
