@@ -242,28 +242,30 @@ struct PyFormatter {
     key: String,
 }
 
-impl serde_json::ser::Formatter for PyFormatter {
-    fn begin_array_value<W: ?Sized + Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+impl PyFormatter {
+    fn separate<W: ?Sized + Write>(&self, w: &mut W, first: bool) -> std::io::Result<()> {
         if first {
             Ok(())
         } else {
             w.write_all(self.item.as_bytes())
         }
     }
+}
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.separate(w, first)
+    }
     fn begin_object_key<W: ?Sized + Write>(
         &mut self,
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(self.item.as_bytes())
-        }
+        self.separate(w, first)
     }
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(self.key.as_bytes())

@@ -56,6 +56,8 @@ pub struct Tokenizer {
     chat: Option<ChatTemplate>,
     /// Special-token texts by first character, longest first (chat markup).
     specials: HashMap<char, Vec<(String, u32)>>,
+    /// The template's tool-call syntax, probed on first use (`tool_syntax`).
+    tool_syntax: std::sync::OnceLock<ToolSyntax>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -122,6 +124,7 @@ impl Tokenizer {
             stop,
             chat,
             specials,
+            tool_syntax: std::sync::OnceLock::new(),
         })
     }
 

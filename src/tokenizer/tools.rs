@@ -174,8 +174,11 @@ fn probe_tool() -> Tool {
 impl Tokenizer {
     /// How this model's template writes tool calls (the fallback when it ignores
     /// tools, has no template, or writes calls in a shape not found by the probe).
+    /// Probed once per tokenizer (four renders of the template).
     pub fn tool_syntax(&self) -> ToolSyntax {
-        self.probe_tools().unwrap_or_else(ToolSyntax::fallback)
+        self.tool_syntax
+            .get_or_init(|| self.probe_tools().unwrap_or_else(ToolSyntax::fallback))
+            .clone()
     }
 
     fn probe_tools(&self) -> Option<ToolSyntax> {

@@ -118,19 +118,17 @@ fn reply(
         if guide.consume(token)? {
             break;
         }
-        let step = if overlap {
-            let mut mask = || {
-                let t = Instant::now();
-                guide.update()?;
-                masks.push(t.elapsed().as_secs_f64() * 1e3);
-                Ok(guide.mask().to_vec())
-            };
-            pollster::block_on(b.forward_masked(&[token], Want::top(1), &mut mask))?
-        } else {
+        let mut mask = || {
             let t = Instant::now();
             guide.update()?;
             masks.push(t.elapsed().as_secs_f64() * 1e3);
-            pollster::block_on(b.forward(&[token], masked(guide.mask())))?
+            Ok(guide.mask().to_vec())
+        };
+        let step = if overlap {
+            pollster::block_on(b.forward_masked(&[token], Want::top(1), &mut mask))?
+        } else {
+            let bits = mask()?;
+            pollster::block_on(b.forward(&[token], masked(&bits)))?
         };
         token = first(step)?;
     }
