@@ -1,5 +1,49 @@
 // Types for Pippin's public JavaScript API.
 
+/**
+ * What went wrong, stable across versions (messages are for people and may change):
+ * - NoWebGPU: this browser has no WebGPU (or the page is not a secure context)
+ * - NoAdapter: WebGPU is there but gave no GPU adapter or device
+ * - Download: fetching or reading the model (or an adapter's files) failed
+ * - InvalidModel: not a GGUF file, damaged or truncated, or a broken tokenizer
+ * - Unsupported: a valid file Pippin cannot run (architecture, tensor type)
+ * - DeviceLimits: the model needs more than this GPU allows (buffer size, memory)
+ * - Busy: a reply owns the model; the call was refused, not queued
+ * - ContextFull: the prompt does not fit in the context (see maxContext)
+ * - BadOptions: an option, message, schema or argument that cannot be used
+ * - DeviceLost: the GPU device was lost; load the model again
+ * - Aborted: the AbortSignal given to load() fired
+ * - Disposed: the model was disposed
+ * - Internal: a bug in Pippin or the browser's GPU stack (please report it)
+ */
+export type ErrorCode =
+  | "NoWebGPU"
+  | "NoAdapter"
+  | "Download"
+  | "InvalidModel"
+  | "Unsupported"
+  | "DeviceLimits"
+  | "Busy"
+  | "ContextFull"
+  | "BadOptions"
+  | "DeviceLost"
+  | "Aborted"
+  | "Disposed"
+  | "Internal";
+
+/** Every code, in the order above. */
+export declare const ERROR_CODES: readonly ErrorCode[];
+
+/**
+ * Every error Pippin throws or rejects with (in both entries): `err.code` says what
+ * happened. `name` is "PippinError", or "AbortError" for an aborted load.
+ */
+export declare class PippinError extends Error {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown });
+  readonly code: ErrorCode;
+  name: "PippinError" | "AbortError";
+}
+
 export type KvCacheFormat = "int8" | "int4" | "f16" | "f32";
 
 export interface LoadProgress {
@@ -23,6 +67,8 @@ export interface LoadOptions {
   cache?: boolean;
   /** Where pippin_wasm_bg.wasm is served, when not beside index.js. */
   wasmUrl?: string | URL;
+  /** Aborting stops the download and the load: it rejects with code "Aborted" (name "AbortError"). */
+  signal?: AbortSignal;
 }
 
 export interface GenerateOptions {
@@ -247,7 +293,7 @@ export declare class Pippin {
   /**
    * Continues `prompt` (no chat template). A reply owns the model until it ends (done,
    * stopped, aborted, or let go of with `break`/`return()`): meanwhile every other
-   * generate/chat/adapter change/reset/dispose rejects with "already generating".
+   * generate/chat/adapter change/reset/dispose rejects with code "Busy".
    */
   generate(prompt: string, options?: GenerateOptions): Reply;
   /**

@@ -4,6 +4,9 @@
 import init, { Engine } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
+import { PippinError, ERROR_CODES } from "./errors.js";
+
+export { PippinError, ERROR_CODES };
 
 const CACHE = "pippin-models";
 let ready = null;
@@ -13,11 +16,12 @@ function initOnce(wasmUrl) {
   return ready;
 }
 
-/** Throws a clear Error when this browser has no usable WebGPU; tells whether the
+/** Throws a clear PippinError when this browser has no usable WebGPU; tells whether the
  * adapter is a CPU implementation (SwiftShader), which gets kernels shaped for CPUs. */
 async function checkWebGPU() {
   if (!globalThis.navigator?.gpu) {
-    throw new Error(
+    throw new PippinError(
+      "NoWebGPU",
       "WebGPU is not available in this browser. Pippin needs Chrome or Edge 113+ " +
         "(on Linux: chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu), " +
         "Safari 26+, or Firefox 141+ on Windows; the page must be served over https or from localhost.",
@@ -25,7 +29,11 @@ async function checkWebGPU() {
   }
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) {
-    throw new Error("WebGPU is available but no GPU adapter was found (the GPU may be blocklisted or disabled).");
+    throw new PippinError(
+      "NoAdapter",
+      "WebGPU is available but gave no GPU adapter: the GPU may be blocklisted or disabled " +
+        "(on Linux, Chrome needs chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu).",
+    );
   }
   const arch = adapter.info?.architecture ?? "";
   return { software: Boolean(adapter.info?.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(arch) };
@@ -42,18 +50,32 @@ async function openCache() {
   }
 }
 
-async function download(url) {
+/** fetch(url), or a PippinError ("Download", or "Aborted" when `signal` fired). */
+async function download(url, what, signal) {
   let response;
   try {
-    response = await fetch(url);
+    response = await fetch(url, { signal });
   } catch (e) {
-    throw new Error(`Downloading the model from ${url} failed: ${e.message}`);
+    if (signal?.aborted) throw aborted(signal);
+    throw new PippinError("Download", `Downloading ${what} from ${url} failed: ${e.message}`, { cause: e });
   }
   if (!response.ok) {
-    throw new Error(`Downloading the model from ${url} failed: HTTP ${response.status} ${response.statusText}`);
+    throw new PippinError("Download", `Downloading ${what} from ${url} failed: HTTP ${response.status} ${response.statusText}`);
   }
-  if (!response.body) throw new Error(`Downloading the model from ${url} failed: the response has no body.`);
+  if (!response.body) throw new PippinError("Download", `Downloading ${what} from ${url} failed: the response has no body.`);
   return response;
+}
+
+function aborted(signal) {
+  return new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
+}
+
+/** `stream`, erroring as soon as `signal` fires (the engine's read then fails). */
+function abortable(stream, signal) {
+  if (!signal) return stream;
+  const through = new TransformStream();
+  stream.pipeTo(through.writable, { signal }).catch(() => {});
+  return through.readable;
 }
 
 /**
@@ -72,13 +94,13 @@ async function openSource(source, options) {
       return { stream: hit.body, total, fromCache: true, done: async (ok) => ok || (await cache.delete(url)) };
     }
     if (hit) await cache.delete(url); // stored without its size: not trusted
-    const response = await download(url);
+    const response = await download(url, "the model", options.signal);
     const total = Number(response.headers.get("content-length")) || undefined;
     // Without a size the copy could not be checked whole later: it is not kept.
     return cache && total ? cachingStream(cache, url, response, total) : { stream: response.body, total, done: async () => {} };
   }
   if (source instanceof Response) {
-    if (!source.body) throw new Error("The model Response has no body.");
+    if (!source.body) throw new PippinError("BadOptions", "The model Response has no body.");
     const total = Number(source.headers.get("content-length")) || undefined;
     return { stream: source.body, total, done: async () => {} };
   }
@@ -88,7 +110,7 @@ async function openSource(source, options) {
     const blob = new Blob([source]);
     return { stream: blob.stream(), total: blob.size, done: async () => {} };
   }
-  throw new TypeError("Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
+  throw new PippinError("BadOptions", "Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
 }
 
 /**
@@ -149,14 +171,7 @@ async function adapterBytes(src, onProgress, what) {
     return new TextEncoder().encode(JSON.stringify(src));
   }
   if (typeof src === "string" || src instanceof URL) {
-    let r;
-    try {
-      r = await fetch(src);
-    } catch (e) {
-      throw new Error(`Downloading the adapter's ${what} from ${src} failed: ${e.message}`);
-    }
-    if (!r.ok) throw new Error(`Downloading the adapter's ${what} from ${src} failed: HTTP ${r.status} ${r.statusText}`);
-    src = r;
+    src = await download(src, `the adapter's ${what}`);
   }
   const bytes = new Uint8Array(src instanceof Response || src instanceof Blob ? await src.arrayBuffer() : ArrayBuffer.isView(src) ? src.buffer.slice(src.byteOffset, src.byteOffset + src.byteLength) : src);
   onProgress?.({ phase: what, loaded: bytes.length, total: bytes.length, fraction: 1 });
@@ -184,6 +199,16 @@ function replyCalls(engine, start) {
 
 const engines = new WeakMap();
 
+/** What a disposed Pippin calls instead of its freed engine: every call throws. */
+const DISPOSED = new Proxy(
+  {},
+  {
+    get: () => () => {
+      throw new PippinError("Disposed", "this model was disposed");
+    },
+  },
+);
+
 /** The wasm engine behind a Pippin (for pippin/worker's host; not public API). */
 export function engineOf(pippin) {
   return engines.get(pippin);
@@ -202,9 +227,11 @@ export class Pippin {
   /**
    * Loads a GGUF model onto the GPU, streaming it tensor by tensor.
    * @param source a URL, a Response, a Blob/File or a Uint8Array
-   * @param options { onProgress, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl }
+   * @param options { onProgress, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, signal }
    */
   static async load(source, options = {}) {
+    const signal = options.signal;
+    if (signal?.aborted) throw aborted(signal);
     const adapter = await checkWebGPU();
     await initOnce(options.wasmUrl);
     const progress = options.onProgress;
@@ -220,9 +247,14 @@ export class Pippin {
     const onPhase = progress ? (phase) => progress({ phase, loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 }) : undefined;
     let engine;
     try {
-      engine = await Engine.load(src.stream, src.total, engineOptions, onBytes, onPhase);
+      engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase);
+      if (signal?.aborted) {
+        engine.free();
+        throw aborted(signal);
+      }
     } catch (e) {
       await src.done(false);
+      if (signal?.aborted) throw aborted(signal);
       // A cached copy that does not load is evicted and the model downloaded again.
       if (src.fromCache) return Pippin.load(source, options);
       throw e;
@@ -292,8 +324,10 @@ export class Pippin {
 
   /** Frees the GPU memory (refused while a reply runs). */
   async dispose() {
+    if (this.#engine === DISPOSED) return;
     this.#engine.dispose();
     this.#engine.free();
+    this.#engine = DISPOSED;
     engines.delete(this);
   }
 

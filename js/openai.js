@@ -8,11 +8,13 @@
 // under a grammar built from them (so its name and arguments are always valid); it
 // comes back as `tool_calls` with finish_reason "tool_calls".
 
+import { PippinError } from "./errors.js";
+
 let counter = 0;
 const newId = (prefix) => `${prefix}-${Date.now().toString(36)}${(counter++).toString(36)}`;
 
 function bad(message) {
-  return new Error(`chat.completions.create: ${message}`);
+  return new PippinError("BadOptions", `chat.completions.create: ${message}`);
 }
 
 /** OpenAI messages as Pippin's (the engine reads OpenAI's shape: content parts,

@@ -4,6 +4,8 @@
 // A reply owns the engine from start() until it ends (done, stopped, aborted, or let
 // go of: `break`, `return()`, a cancelled stream): then it is released. Its id goes
 // with every call, so a stale reply can never stop or read a newer one.
+import { PippinError } from "./errors.js";
+
 export class Reply {
   #calls;
   #signal;
@@ -15,7 +17,7 @@ export class Reply {
   }
 
   async *[Symbol.asyncIterator]() {
-    if (this.#used) throw new Error("A reply can be read only once.");
+    if (this.#used) throw new PippinError("BadOptions", "A reply can be read only once.");
     this.#used = true;
     const calls = this.#calls;
     const signal = this.#signal;

@@ -2,6 +2,7 @@
 // messages. A reply runs ahead of the page: once started, its chunks are computed and
 // posted as fast as the engine makes them, not one per request.
 import { Pippin, engineOf } from "./index.js";
+import { PippinError, toWire } from "./errors.js";
 
 let llm = null;
 let engine = null;
@@ -28,7 +29,7 @@ async function run(me) {
       if (chunk.done) return;
     }
   } catch (err) {
-    if (!me.released) postMessage({ reply: id, error: err instanceof Error ? err.message : String(err) });
+    if (!me.released) postMessage({ reply: id, error: toWire(err) });
   } finally {
     if (pumping === me) pumping = null;
   }
@@ -69,10 +70,10 @@ const methods = {
 onmessage = async (e) => {
   const { id, method, args } = e.data;
   try {
-    if (method !== "load" && !llm) throw new Error("no model is loaded in this worker");
+    if (method !== "load" && !llm) throw new PippinError("Disposed", "no model is loaded in this worker");
     const value = await methods[method](id, ...args);
     postMessage({ id, ok: true, value: value === undefined ? null : value });
   } catch (err) {
-    postMessage({ id, ok: false, error: err instanceof Error ? err.message : String(err) });
+    postMessage({ id, ok: false, error: toWire(err) });
   }
 };

@@ -3,6 +3,9 @@
 // stream back as the worker makes them.
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
+import { PippinError, ERROR_CODES, fromWire } from "./errors.js";
+
+export { PippinError, ERROR_CODES };
 
 let nextId = 1;
 
@@ -20,17 +23,24 @@ class Connection {
       if (progress) return p.onProgress?.(progress);
       this.pending.delete(id);
       if (ok) p.resolve(value);
-      else p.reject(new Error(error));
+      else p.reject(fromWire(error));
     };
     worker.onerror = (e) => {
-      const err = new Error(`Pippin's worker failed: ${e.message}`);
-      for (const p of this.pending.values()) p.reject(err);
-      this.pending.clear();
-      for (const id of this.replies.keys()) this.#deliver(id, { error: err.message });
+      // A worker that cannot start (its script missing from a build) says so here.
+      this.fail(new PippinError("Internal", `Pippin's worker failed: ${e.message ?? "its script did not load"}`));
     };
   }
 
+  /** The worker is gone: every pending and later call and reply fails with `err`. */
+  fail(err) {
+    this.closed ??= err;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+    for (const id of this.replies.keys()) this.#deliver(id, { error: { message: err.message, code: err.code } });
+  }
+
   call(method, args = [], onProgress) {
+    if (this.closed) return Promise.reject(this.closed);
     const id = nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject, onProgress });
@@ -56,8 +66,9 @@ class Connection {
   /** The next chunk the worker posted for reply `id`. */
   async next(id) {
     const q = this.#queue(id);
+    if (this.closed && !q.items.length) throw this.closed;
     const item = q.items.length ? q.items.shift() : await new Promise((ok) => (q.waiting = ok));
-    if (item.error) throw new Error(item.error);
+    if (item.error) throw fromWire(item.error);
     if (item.chunk.done) this.replies.delete(id);
     return item.chunk;
   }
@@ -98,14 +109,23 @@ export class Pippin {
     // then emit worker-host.js with the build. A URL kept in a variable is missed.
     const worker = new Worker(new URL("./worker-host.js", import.meta.url), { type: "module" });
     const conn = new Connection(worker);
-    const { onProgress, signal: _s, ...opts } = options;
-    if (source instanceof Response) source = await source.blob();
-    if (source instanceof URL) source = String(source);
+    const { onProgress, signal, ...opts } = options;
+    // Aborting ends the worker, and with it the download and the GPU memory it held.
+    const onAbort = () => {
+      worker.terminate();
+      conn.fail(new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason }));
+    };
     try {
+      if (signal?.aborted) throw new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
+      signal?.addEventListener("abort", onAbort);
+      if (source instanceof Response) source = await source.blob();
+      if (source instanceof URL) source = String(source);
       await conn.call("load", [source, opts], onProgress);
     } catch (e) {
       worker.terminate();
       throw e;
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
     }
     return new Pippin(conn);
   }
@@ -158,8 +178,10 @@ export class Pippin {
   }
 
   async dispose() {
+    if (this.#conn.closed?.code === "Disposed") return;
     await this.#conn.call("dispose");
     this.#conn.worker.terminate();
+    this.#conn.fail(new PippinError("Disposed", "this model was disposed"));
   }
 }
 

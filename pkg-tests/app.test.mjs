@@ -119,13 +119,13 @@ test("a second generate while one runs is rejected clearly", async () => {
       await llm.generate("Hi", { maxTokens: 1 }).text();
       return "no error";
     } catch (e) {
-      return e instanceof Error ? e.message : String(e);
+      return why(e);
     } finally {
       await first;
       await a.return();
     }
   });
-  assert.match(msg, /already generating/);
+  assert.match(msg, /^Busy: .*already generating/);
 });
 
 test("a reply owns the model until it ends, in pippin and in pippin/worker", async () => {
@@ -138,7 +138,7 @@ test("a reply owns the model until it ends, in pippin and in pippin/worker", asy
           await f();
           return "no error";
         } catch (e) {
-          return e.message;
+          return why(e);
         }
       };
       await m.reset();
@@ -188,7 +188,7 @@ test("a reply owns the model until it ends, in pippin and in pippin/worker", asy
   for (const [name, o] of Object.entries(r)) {
     assert.equal(o.text, o.alone, `${name}: the reply wrote what it writes alone`);
     assert.equal(o.finish, "length", name);
-    for (const msg of o.refused) assert.match(msg, /already generating/, name);
+    for (const msg of o.refused) assert.match(msg, /^Busy: .*already generating/, name);
     assert.equal(o.bFinish, "length", `${name}: a stale signal stopped nothing`);
     assert.equal(o.after, " Paris.", name);
   }
@@ -219,21 +219,47 @@ test("bad sources are clear errors and the loaded model keeps working", async ()
         await f();
         return "no error";
       } catch (e) {
-        return e instanceof Error ? e.message : `not an Error: ${e}`;
+        return why(e);
       }
+    };
+    // Aborted before it starts, and while the file streams in (both entries).
+    const abortLoad = async (P) => {
+      const ctl = new AbortController();
+      const onProgress = (p) => p.loaded > 4e6 && ctl.abort();
+      let name = "";
+      const mid = await err(() =>
+        P.load("/models/SmolLM2-135M-Instruct.Q4_1.gguf", { cache: false, signal: ctl.signal, onProgress }).catch((e) => {
+          name = e.name;
+          throw e;
+        }),
+      );
+      return { before: await err(() => P.load("/models/none.gguf", { signal: AbortSignal.abort() })), mid, name };
     };
     return {
       missing: await err(() => Pippin.load("/models/missing.gguf", { cache: false })),
       truncated: await err(() => Pippin.load("/test/truncated.gguf", { cache: false })),
       garbage: await err(() => Pippin.load(new TextEncoder().encode("definitely not a model"))),
+      source: await err(() => Pippin.load(42)),
       options: await err(() => llm.generate("x", { topP: 3 }).text()),
+      context: await err(() => llm.generate("hello ".repeat(3000), { maxTokens: 1 }).text()),
+      aborted: await abortLoad(Pippin),
+      workerAborted: await abortLoad(WorkerPippin),
+      workerMissing: await err(() => WorkerPippin.load("/models/missing.gguf", { cache: false })),
       still: await llm.generate("The capital of France is", { maxTokens: 2 }).text(),
     };
   });
-  assert.match(r.missing, /HTTP 404/);
-  assert.match(r.truncated, /truncated|ends inside tensor/);
-  assert.match(r.garbage, /not a GGUF file/);
-  assert.match(r.options, /top_p/);
+  assert.match(r.missing, /^Download: .*HTTP 404/);
+  assert.match(r.truncated, /^InvalidModel: .*(truncated|ends inside tensor)/);
+  assert.match(r.garbage, /^InvalidModel: .*not a GGUF file/);
+  assert.match(r.source, /^BadOptions: /);
+  assert.match(r.options, /^BadOptions: .*top_p/);
+  assert.match(r.context, /^ContextFull: .*context/);
+  for (const a of [r.aborted, r.workerAborted]) {
+    assert.match(a.before, /^Aborted: /);
+    assert.match(a.mid, /^Aborted: /);
+    assert.equal(a.name, "AbortError");
+  }
+  assert.match(r.workerMissing, /^Download: .*HTTP 404/, "codes cross from the worker");
   assert.equal(r.still, " Paris.");
 });
 
@@ -242,15 +268,23 @@ test("a URL is kept in Cache Storage, listed and deleted", async () => {
     const llm = await Pippin.load(url);
     const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
     await llm.dispose();
+    let disposed = "no error";
+    try {
+      llm.stats();
+    } catch (e) {
+      disposed = why(e);
+    }
+    await llm.dispose();
     // The copy is committed before load() resolves.
     const listed = await Pippin.cached();
     const again = await Pippin.load(url);
     const text2 = await again.generate("The capital of France is", { maxTokens: 2 }).text();
     await again.dispose();
     const deleted = await Pippin.deleteCached(new URL(url, location.href).href);
-    return { text, text2, listed, deleted, after: await Pippin.cached() };
+    return { text, text2, listed, deleted, after: await Pippin.cached(), disposed };
   }, MODEL);
   assert.equal(r.text, " Paris.");
+  assert.match(r.disposed, /^Disposed: /);
   assert.equal(r.text2, " Paris.");
   assert.deepEqual(r.listed.map((c) => c.bytes), [98362432]);
   assert.equal(r.deleted, true);
@@ -328,13 +362,13 @@ test("LoRA adapters: load from a URL, use per call, switch back to none mid-conv
     try {
       await llm.generate("x", { adapter: "story" }).text();
     } catch (e) {
-      missing = e.message;
+      missing = why(e);
     }
     let bad = "";
     try {
       await llm.loadAdapter("bad", { config: { r: 4, lora_alpha: 8 }, weights: "/target/test-adapter/adapter_model.safetensors" });
     } catch (e) {
-      bad = e.message;
+      bad = why(e);
     }
     return { base, listed, withAdapter, again, baseAgain, turn1, turn2, unloaded, after: llm.adapters(), missing, bad };
   });
@@ -348,8 +382,8 @@ test("LoRA adapters: load from a URL, use per call, switch back to none mid-conv
   assert.ok(r.turn1.length > 0 && r.turn2.length > 0);
   assert.equal(r.unloaded, true);
   assert.deepEqual(r.after, []);
-  assert.match(r.missing, /no adapter named "story"/);
-  assert.match(r.bad, /config says rank 4/);
+  assert.match(r.missing, /^BadOptions: .*no adapter named "story"/);
+  assert.match(r.bad, /^BadOptions: .*config says rank 4/);
 });
 
 test("pippin/worker: the same API from a Web Worker", async () => {
@@ -359,9 +393,11 @@ test("pippin/worker: the same API from a Web Worker", async () => {
     const text = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
     const info = await llm.info();
     await llm.dispose();
-    return { text, progressed, layers: info.config.nLayers };
+    const disposed = await llm.stats().then(() => "no error", why);
+    return { text, progressed, layers: info.config.nLayers, disposed };
   }, MODEL);
   assert.equal(r.text, " Paris.");
+  assert.match(r.disposed, /^Disposed: /);
   assert.ok(r.progressed > 2);
   assert.equal(r.layers, 30);
 });
@@ -413,7 +449,7 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
     try {
       await llm.chat(ask, { responseFormat: { type: "regex", pattern: "([a-z]" } }).text();
     } catch (e) {
-      bad = e.message;
+      bad = why(e);
     }
     const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
     return { guided, completion, chunks, plain, toolChunks, followUp, direct, bad, after };
@@ -445,7 +481,7 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
   assert.equal(end.finishReason, "tool_calls");
   assert.equal(end.toolCalls[0].function.name, "get_weather");
   assert.equal(typeof end.toolCalls[0].function.arguments.city, "string");
-  assert.match(r.bad, /response format/);
+  assert.match(r.bad, /^BadOptions: .*response format/);
   assert.equal(r.after, " Paris.", "the model goes on after a refused format");
 });
 
@@ -475,7 +511,7 @@ test("pippin/worker: guided generation and chat.completions.create", async () =>
 test("npm pack ships the whole package", () => {
   const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
   const files = JSON.parse(out)[0].files.map((f) => f.path);
-  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
 });
@@ -488,15 +524,17 @@ test("the page logged no errors but the expected 404", () => {
 test("without WebGPU the error says what to do", async () => {
   const [b, p] = await open(FLAGS);
   try {
-    const msg = await p.evaluate(async () => {
-      try {
-        await Pippin.load("/models/none.gguf");
-        return "no error";
-      } catch (e) {
-        return e.message;
-      }
+    const r = await p.evaluate(async () => {
+      const err = (f) => f().then(() => "no error", why);
+      // Chromium on Linux without the flag: navigator.gpu is there, no adapter.
+      const noAdapter = await err(() => Pippin.load("/models/none.gguf"));
+      // A browser without WebGPU at all.
+      Object.defineProperty(navigator, "gpu", { value: undefined });
+      const noWebGPU = await err(() => Pippin.load("/models/none.gguf"));
+      return { noAdapter, noWebGPU };
     });
-    assert.match(msg, /WebGPU/);
+    assert.match(r.noAdapter, /^NoAdapter: .*--enable-unsafe-webgpu/);
+    assert.match(r.noWebGPU, /^NoWebGPU: .*Chrome or Edge 113\+/);
   } finally {
     await b.close();
   }

@@ -1,5 +1,7 @@
 //! One error type for the whole crate: every message names what was wrong and where,
 //! so that it can be shown to a user (CLI) or a web developer (JS `Error`) as it is.
+//! `Error::code` is the stable name JavaScript gets with it (`err.code`), so that apps
+//! branch on what happened without matching message text.
 
 use std::fmt;
 
@@ -16,6 +18,7 @@ pub enum Error {
     Unsupported(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The chat template failed on these messages (or has none).
     #[error("chat template: {0}")]
     Template(String),
     /// A response format (JSON Schema, regex, grammar) that cannot be used.
@@ -24,10 +27,26 @@ pub enum Error {
     /// A reply owns the model: the call was refused (calls are not queued).
     #[error("{0}")]
     Busy(String),
-    /// A caller passed something out of range (prompt too long, bad option...).
+    /// A caller passed something out of range (bad option, unknown adapter...).
     #[error("{0}")]
     Invalid(String),
-    /// No usable GPU, a device limit exceeded, a lost device, a failed GPU operation.
+    /// The prompt, or the tokens to run, do not fit in the context.
+    #[error("{0}")]
+    ContextFull(String),
+    /// Reading the model's bytes failed (network, a stream that errored).
+    #[error("{0}")]
+    Download(String),
+    /// No GPU adapter, or it refused a device.
+    #[error("GPU: {0}")]
+    NoAdapter(String),
+    /// The model needs more than this device allows (a buffer over its limits, out of
+    /// GPU memory).
+    #[error("GPU: {0}")]
+    DeviceLimits(String),
+    /// The device was lost (driver reset, tab in the background too long): load again.
+    #[error("GPU: {0}")]
+    DeviceLost(String),
+    /// A GPU operation failed in a way that is a bug (validation, a missing plan).
     #[error("GPU: {0}")]
     Gpu(String),
     #[error("I/O error: {0}")]
@@ -35,6 +54,21 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every code `Error::code` can return, in the order the README lists them (the JS
+/// layer adds `NoWebGPU`, `Aborted` and `Disposed`, which only it can see).
+pub const CODES: [&str; 10] = [
+    "NoAdapter",
+    "Download",
+    "InvalidModel",
+    "Unsupported",
+    "DeviceLimits",
+    "Busy",
+    "ContextFull",
+    "BadOptions",
+    "DeviceLost",
+    "Internal",
+];
 
 impl Error {
     pub fn gguf(msg: impl fmt::Display) -> Self {
@@ -48,5 +82,95 @@ impl Error {
     }
     pub fn invalid(msg: impl fmt::Display) -> Self {
         Error::Invalid(msg.to_string())
+    }
+    pub fn context_full(msg: impl fmt::Display) -> Self {
+        Error::ContextFull(msg.to_string())
+    }
+    pub fn device_limits(msg: impl fmt::Display) -> Self {
+        Error::DeviceLimits(msg.to_string())
+    }
+
+    /// The stable name of what went wrong, for programs (JavaScript's `err.code`).
+    /// `Internal` is a bug in Pippin or the GPU driver, not something a caller did.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Gguf(_) | Error::Truncated(_) | Error::Tokenizer(_) => "InvalidModel",
+            Error::Unsupported(_) => "Unsupported",
+            Error::Template(_) | Error::Grammar(_) | Error::Invalid(_) => "BadOptions",
+            Error::Busy(_) => "Busy",
+            Error::ContextFull(_) => "ContextFull",
+            Error::Download(_) | Error::Io(_) => "Download",
+            Error::NoAdapter(_) => "NoAdapter",
+            Error::DeviceLimits(_) => "DeviceLimits",
+            Error::DeviceLost(_) => "DeviceLost",
+            Error::Gpu(_) => "Internal",
+        }
+    }
+
+    /// The same error again (a reply that failed answers every later call with it).
+    pub fn again(&self) -> Error {
+        let m = |s: &String| s.clone();
+        match self {
+            Error::Gguf(s) => Error::Gguf(m(s)),
+            Error::Truncated(s) => Error::Truncated(m(s)),
+            Error::Unsupported(s) => Error::Unsupported(m(s)),
+            Error::Tokenizer(s) => Error::Tokenizer(m(s)),
+            Error::Template(s) => Error::Template(m(s)),
+            Error::Grammar(s) => Error::Grammar(m(s)),
+            Error::Busy(s) => Error::Busy(m(s)),
+            Error::Invalid(s) => Error::Invalid(m(s)),
+            Error::ContextFull(s) => Error::ContextFull(m(s)),
+            Error::Download(s) => Error::Download(m(s)),
+            Error::NoAdapter(s) => Error::NoAdapter(m(s)),
+            Error::DeviceLimits(s) => Error::DeviceLimits(m(s)),
+            Error::DeviceLost(s) => Error::DeviceLost(m(s)),
+            Error::Gpu(s) => Error::Gpu(m(s)),
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// JavaScript apps branch on these names: each one the engine gives is typed in
+    /// the .d.ts, listed in js/errors.js, and explained in the README.
+    #[test]
+    fn every_code_is_documented_for_javascript() {
+        let docs = [
+            include_str!("../js/index.d.ts"),
+            include_str!("../js/errors.js"),
+            include_str!("../README.md"),
+        ];
+        let s = String::new;
+        let all = [
+            Error::Gguf(s()),
+            Error::Truncated(s()),
+            Error::Unsupported(s()),
+            Error::Tokenizer(s()),
+            Error::Template(s()),
+            Error::Grammar(s()),
+            Error::Busy(s()),
+            Error::Invalid(s()),
+            Error::ContextFull(s()),
+            Error::Download(s()),
+            Error::NoAdapter(s()),
+            Error::DeviceLimits(s()),
+            Error::DeviceLost(s()),
+            Error::Gpu(s()),
+            Error::Io(std::io::Error::other("x")),
+        ];
+        for e in &all {
+            assert!(CODES.contains(&e.code()), "{e:?}");
+            assert_eq!(e.again().code(), e.code());
+            assert_eq!(e.again().to_string(), e.to_string());
+        }
+        for c in CODES {
+            let quoted = format!("\"{c}\"");
+            for d in docs {
+                assert!(d.contains(&quoted) || d.contains(&format!("`{c}`")), "{c}");
+            }
+        }
     }
 }

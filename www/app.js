@@ -24,10 +24,19 @@ function mb(bytes) {
 /** The error as HTML for the banner (its text escaped), with what to do about it. */
 function friendly(err) {
   const m = escape(err.message || String(err));
-  if (/maxStorageBufferBindingSize|maxBufferSize|over this device/.test(m)) return `This model is too large for this device's GPU: ${m}`;
-  if (/Downloading/.test(m)) return `${m}. Check the URL and your connection.`;
-  if (/lost/.test(m)) return `${m} <button onclick="location.reload()">Reload the page</button>`;
-  return m;
+  switch (err?.code) {
+    case "DeviceLimits":
+      return `This model is too large for this device's GPU: ${m}`;
+    case "Download":
+      return `${m}. Check the URL and your connection.`;
+    case "DeviceLost":
+      return `${m} <button onclick="location.reload()">Reload the page</button>`;
+    case "InvalidModel":
+    case "Unsupported":
+      return `This file cannot be loaded: ${m}`;
+    default:
+      return m;
+  }
 }
 
 function enableChat(on) {

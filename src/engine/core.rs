@@ -66,7 +66,7 @@ struct Running {
 /// How the last reply ended, so its caller can ask again and get the same answer.
 enum Ended {
     Done(Event),
-    Failed(String),
+    Failed(Error),
 }
 
 pub struct Engine {
@@ -310,8 +310,9 @@ impl Engine {
             }
             Ok(e) => Ok(e),
             Err(e) => {
-                self.end(id, Ended::Failed(e.to_string()));
-                Err(e)
+                let again = e.again();
+                self.end(id, Ended::Failed(e));
+                Err(again)
             }
         }
     }
@@ -324,7 +325,7 @@ impl Engine {
     fn ended_as(&self, id: u64) -> Result<Event> {
         match &self.ended {
             Some((e, Ended::Done(ev))) if *e == id => Ok(ev.clone()),
-            Some((e, Ended::Failed(msg))) if *e == id => Err(Error::invalid(msg.clone())),
+            Some((e, Ended::Failed(err))) if *e == id => Err(err.again()),
             _ if self.running.is_some() => Err(busy()),
             _ => Err(Error::invalid(
                 "this reply has ended: start another with generate() or chat()",

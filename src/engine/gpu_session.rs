@@ -368,7 +368,7 @@ impl GpuSession {
             )));
         }
         if self.tokens.len() + tokens.len() > self.opts.max_context {
-            return Err(Error::invalid(format!(
+            return Err(Error::context_full(format!(
                 "{} tokens do not fit in the session's context of {} ({} already used)",
                 tokens.len(),
                 self.opts.max_context,

@@ -308,7 +308,7 @@ impl Generation {
         }
         let ctx = backend.context_length();
         if prompt.len() >= ctx {
-            return Err(Error::invalid(format!(
+            return Err(Error::context_full(format!(
                 "the prompt has {} tokens but the context holds {ctx} (and one more is needed to answer)",
                 prompt.len()
             )));

@@ -42,7 +42,7 @@ pub struct Gpu {
     pub caps: Caps,
     pub limits: wgpu::Limits,
     lost: Arc<Mutex<Option<String>>>,
-    errors: Arc<Mutex<Option<String>>>,
+    errors: Arc<Mutex<Option<Error>>>,
     /// GPU objects (buffers, bind groups, pipelines) created so far, by this `Gpu` and
     /// the kernels on it: the bench and tests check a decode step creates none.
     pub created: Arc<AtomicU64>,
@@ -67,7 +67,7 @@ impl Gpu {
             })
             .await
             .map_err(|e| {
-                Error::gpu(format!(
+                Error::NoAdapter(format!(
                     "no WebGPU/Vulkan/Metal/DX12 adapter is available ({e})"
                 ))
             })?;
@@ -101,7 +101,7 @@ impl Gpu {
                 ..Default::default()
             })
             .await
-            .map_err(|e| Error::gpu(format!("the adapter refused a device: {e}")))?;
+            .map_err(|e| Error::NoAdapter(format!("the adapter refused a device: {e}")))?;
         let lost = Arc::new(Mutex::new(None));
         let flag = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
@@ -115,7 +115,12 @@ impl Gpu {
         let sink = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             if let Ok(mut slot) = sink.lock() {
-                slot.get_or_insert_with(|| e.to_string());
+                slot.get_or_insert_with(|| match e {
+                    wgpu::Error::OutOfMemory { .. } => Error::device_limits(format!(
+                        "out of GPU memory ({e}); try a smaller model or maxContext"
+                    )),
+                    e => Error::gpu(e),
+                });
             }
         }));
         let adapter = AdapterSummary {
@@ -168,7 +173,7 @@ impl Gpu {
     /// Fails once the device has been lost; what was on it is gone.
     pub fn check_lost(&self) -> Result<()> {
         match self.lost.lock().ok().and_then(|l| l.clone()) {
-            Some(why) => Err(Error::gpu(format!(
+            Some(why) => Err(Error::DeviceLost(format!(
                 "the GPU device was lost ({why}); load the model again"
             ))),
             None => Ok(()),
@@ -179,7 +184,7 @@ impl Gpu {
     pub fn take_error(&self) -> Result<()> {
         self.check_lost()?;
         match self.errors.lock().ok().and_then(|mut e| e.take()) {
-            Some(e) => Err(Error::gpu(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
@@ -249,7 +254,7 @@ impl Gpu {
 
     fn check_size(&self, label: &str, size: u64) -> Result<()> {
         if size > self.max_binding() {
-            return Err(Error::gpu(format!(
+            return Err(Error::device_limits(format!(
                 "{label} needs a buffer of {size} bytes, over this device's maxStorageBufferBindingSize of {} by {}",
                 self.max_binding(),
                 size - self.max_binding()

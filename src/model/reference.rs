@@ -100,7 +100,7 @@ impl Reference {
             return Err(Error::invalid("no tokens to run"));
         }
         if cache.len + tokens.len() > c.context_length {
-            return Err(Error::invalid(format!(
+            return Err(Error::context_full(format!(
                 "{} tokens do not fit in the context of {} ({} already used)",
                 tokens.len(),
                 c.context_length,

@@ -7,6 +7,7 @@ mod source;
 use crate::engine::{
     busy, AdapterChoice, Engine as Core, Event, GenerateOptions, Prompt, SessionOptions, Usage,
 };
+use crate::error::Error;
 use crate::gpu::{Caps, Gpu};
 use crate::quant::kv::KvFormat;
 use crate::tokenizer::Message;
@@ -16,27 +17,43 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
-fn js_err(e: impl std::fmt::Display) -> JsError {
-    JsError::new(&e.to_string())
+/// What every call returns to JavaScript: its value, or a thrown `PippinError`.
+type JsResult<T> = Result<T, JsValue>;
+
+/// A JS `Error` named "PippinError" with a stable `code` (js/errors.js documents the
+/// codes; `Error::code` gives the engine's).
+fn js_error(code: &str, msg: &str) -> JsValue {
+    let e = js_sys::Error::new(msg);
+    e.set_name("PippinError");
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = js_sys::Reflect::set(&e, &"code".into(), &code.into());
+    e.into()
 }
 
-fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
+fn js_err(e: Error) -> JsValue {
+    js_error(e.code(), &e.to_string())
+}
+
+/// An option or argument JavaScript passed that the engine cannot take.
+fn bad(e: impl std::fmt::Display) -> JsValue {
+    js_error("BadOptions", &e.to_string())
+}
+
+fn to_js<T: Serialize>(v: &T) -> JsResult<JsValue> {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(js_err)
+        .map_err(|e| js_error("Internal", &e.to_string()))
 }
 
 /// A Promise of `f`, rejected with a JS `Error` when it fails.
-fn promise(
-    f: impl std::future::Future<Output = Result<JsValue, JsError>> + 'static,
-) -> js_sys::Promise {
-    wasm_bindgen_futures::future_to_promise(async move { f.await.map_err(JsValue::from) })
+fn promise(f: impl std::future::Future<Output = JsResult<JsValue>> + 'static) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(f)
 }
 
-fn options<T: for<'de> Deserialize<'de> + Default>(v: JsValue) -> Result<T, JsError> {
+fn options<T: for<'de> Deserialize<'de> + Default>(v: JsValue) -> JsResult<T> {
     if v.is_undefined() || v.is_null() {
         Ok(T::default())
     } else {
-        serde_wasm_bindgen::from_value(v).map_err(js_err)
+        serde_wasm_bindgen::from_value(v).map_err(bad)
     }
 }
 
@@ -50,7 +67,7 @@ struct LoadOptions {
 }
 
 /// `undefined`: the active adapter; `null`: none; a string: that one.
-fn adapter_choice(v: &JsValue) -> Result<AdapterChoice, JsError> {
+fn adapter_choice(v: &JsValue) -> JsResult<AdapterChoice> {
     if v.is_undefined() {
         Ok(AdapterChoice::Active)
     } else if v.is_null() {
@@ -58,7 +75,7 @@ fn adapter_choice(v: &JsValue) -> Result<AdapterChoice, JsError> {
     } else {
         v.as_string()
             .map(AdapterChoice::Named)
-            .ok_or_else(|| JsError::new("adapter must be a name or null"))
+            .ok_or_else(|| bad("adapter must be a name or null"))
     }
 }
 
@@ -76,16 +93,16 @@ struct Slot {
 }
 
 impl Slot {
-    fn missing(&self) -> JsError {
+    fn missing(&self) -> JsValue {
         if self.disposed.get() {
-            JsError::new("this model was disposed")
+            js_error("Disposed", "this model was disposed")
         } else {
             js_err(busy())
         }
     }
 
     /// Runs `f` on the engine now (between async calls).
-    fn with<T>(&self, f: impl FnOnce(&mut Core) -> T) -> Result<T, JsError> {
+    fn with<T>(&self, f: impl FnOnce(&mut Core) -> T) -> JsResult<T> {
         let mut guard = self.core.borrow_mut();
         let core = guard.as_mut().ok_or_else(|| self.missing())?;
         let out = f(core);
@@ -106,7 +123,7 @@ struct Lease {
 }
 
 impl Lease {
-    fn take(slot: &Rc<Slot>) -> Result<Lease, JsError> {
+    fn take(slot: &Rc<Slot>) -> JsResult<Lease> {
         let core = slot
             .core
             .borrow_mut()
@@ -118,7 +135,7 @@ impl Lease {
         })
     }
 
-    fn get(&mut self) -> Result<&mut Core, JsError> {
+    fn get(&mut self) -> JsResult<&mut Core> {
         self.core.as_mut().ok_or_else(|| self.slot.missing())
     }
 }
@@ -152,7 +169,7 @@ impl Engine {
         options: JsValue,
         on_progress: Option<js_sys::Function>,
         on_phase: Option<js_sys::Function>,
-    ) -> Result<Engine, JsError> {
+    ) -> JsResult<Engine> {
         console_error_panic_hook::set_once();
         let opts: LoadOptions = self::options(options)?;
         let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
@@ -189,7 +206,7 @@ impl Engine {
             max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
             max_buffer_size: g.limits.max_buffer_size,
         })
-        .map_err(js_err)?;
+        .map_err(|e| js_error("Internal", &e.to_string()))?;
         let slot = Rc::new(Slot {
             core: RefCell::new(None),
             disposed: Cell::new(false),
@@ -215,7 +232,7 @@ impl Engine {
         let msgs = serde_wasm_bindgen::from_value::<Vec<Message>>(messages)
             .map(Prompt::Chat)
             .map_err(|e| {
-                js_err(format!(
+                bad(format!(
                     "messages must be [{{role, content}}] (OpenAI's shape): {e}"
                 ))
             });
@@ -224,7 +241,7 @@ impl Engine {
 
     fn start(
         &self,
-        prompt: Result<Prompt, JsError>,
+        prompt: JsResult<Prompt>,
         options: JsValue,
         adapter: JsValue,
     ) -> js_sys::Promise {
@@ -280,7 +297,7 @@ impl Engine {
     /// Uploads a PEFT LoRA adapter (the bytes of adapter_config.json and
     /// adapter_model.safetensors) under `name`; the base model is untouched.
     #[wasm_bindgen(js_name = loadAdapter)]
-    pub fn load_adapter(&self, name: String, config: &[u8], weights: &[u8]) -> Result<(), JsError> {
+    pub fn load_adapter(&self, name: String, config: &[u8], weights: &[u8]) -> JsResult<()> {
         self.slot
             .with(|c| c.load_adapter(&name, config, weights))?
             .map_err(js_err)
@@ -288,7 +305,7 @@ impl Engine {
 
     /// Makes `name` (or `null`: none) the adapter of calls that do not name one.
     #[wasm_bindgen(js_name = useAdapter)]
-    pub fn use_adapter(&self, name: Option<String>) -> Result<(), JsError> {
+    pub fn use_adapter(&self, name: Option<String>) -> JsResult<()> {
         self.slot
             .with(|c| c.use_adapter(name.as_deref()))?
             .map_err(js_err)
@@ -296,12 +313,12 @@ impl Engine {
 
     /// Frees an adapter's GPU memory; false when there was none of that name.
     #[wasm_bindgen(js_name = unloadAdapter)]
-    pub fn unload_adapter(&self, name: String) -> Result<bool, JsError> {
+    pub fn unload_adapter(&self, name: String) -> JsResult<bool> {
         self.slot.with(|c| c.unload_adapter(&name))?.map_err(js_err)
     }
 
     /// `[{ name, bytes, rank, active }]`
-    pub fn adapters(&self) -> Result<JsValue, JsError> {
+    pub fn adapters(&self) -> JsResult<JsValue> {
         if self.slot.disposed.get() {
             return Err(self.slot.missing());
         }
@@ -309,23 +326,23 @@ impl Engine {
     }
 
     /// Speeds of the current or last reply and GPU memory in use.
-    pub fn stats(&self) -> Result<JsValue, JsError> {
+    pub fn stats(&self) -> JsResult<JsValue> {
         to_js(&self.slot.stats.get())
     }
 
     /// The model's configuration and the WebGPU adapter (`gpuAdapter`).
-    pub fn info(&self) -> Result<JsValue, JsError> {
+    pub fn info(&self) -> JsResult<JsValue> {
         to_js(&self.info)
     }
 
     /// Forgets the conversation (the KV cache is kept allocated, its contents dropped).
-    pub fn reset(&self) -> Result<(), JsError> {
+    pub fn reset(&self) -> JsResult<()> {
         self.slot.with(|c| c.reset())?.map_err(js_err)
     }
 
     /// Frees the GPU memory; the engine cannot be used afterwards. Refused while a
     /// reply runs.
-    pub fn dispose(&self) -> Result<(), JsError> {
+    pub fn dispose(&self) -> JsResult<()> {
         if self.slot.with(|c| c.is_busy())? {
             return Err(js_err(busy()));
         }

@@ -23,7 +23,7 @@ fn describe(e: wasm_bindgen::JsValue) -> Error {
         Some(err) => String::from(err.message()),
         None => e.as_string().unwrap_or_else(|| format!("{e:?}")),
     };
-    Error::invalid(format!("reading the model failed: {msg}"))
+    Error::Download(format!("reading the model failed: {msg}"))
 }
 
 impl ByteSource for JsStream {
