@@ -1,0 +1,123 @@
+// The npm package as a user's app gets it: the tarball `npm pack` makes of pkg/,
+// installed into a small app (bundlers/app) that imports both entries by name, built by
+// Vite, webpack 5 and esbuild, and run by Vite's dev server; each is served and opened
+// in Debian's headless Chromium (WebGPU through SwiftShader), where `pippin` and
+// `pippin/worker` must both generate the reference's greedy tokens.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import net from "node:net";
+import { fileURLToPath } from "node:url";
+import { execFileSync, spawn } from "node:child_process";
+import { chromium } from "playwright-core";
+import { serve } from "./serve.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, "..");
+const apps = path.join(here, "bundlers");
+const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const FLAGS = ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+
+// transformers' greedy continuation (../shared/testdata), its first tokens.
+const reference = JSON.parse(fs.readFileSync(path.join(root, "../shared/testdata/smollm2-reference.json"), "utf8"));
+const capital = reference.prompts.find((p) => p.name === "capital_fr");
+const TOKENS = 3;
+const want = capital.float32.greedy_token_ids.slice(0, TOKENS);
+const query = `?model=${encodeURIComponent(MODEL)}&prompt=${encodeURIComponent(capital.prompt)}&n=${TOKENS}`;
+
+let server, base, browser, dev;
+const consoleErrors = [];
+
+function sh(cmd, args) {
+  return execFileSync(cmd, args, { cwd: apps, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+}
+
+/** The three production builds, each in dist/<bundler>/ beside its index.html. */
+function buildAll() {
+  sh("npx", ["vite", "build"]);
+  sh("npx", ["webpack", "--config", "webpack.config.js"]);
+  fs.copyFileSync(path.join(apps, "app/index.html"), path.join(apps, "dist/webpack/index.html"));
+  // esbuild does not follow new URL(..., import.meta.url): the worker's host is a
+  // second entry point and the wasm is copied beside the bundles (README, bundlers).
+  fs.rmSync(path.join(apps, "dist/esbuild"), { recursive: true, force: true });
+  sh("npx", ["esbuild", "app/main.js", "pippin/worker-host.js", "--bundle", "--format=esm", "--outdir=dist/esbuild", "--entry-names=[name]", "--log-level=warning"]);
+  for (const f of ["app/index.html", "node_modules/pippin/pippin_wasm_bg.wasm"]) {
+    fs.copyFileSync(path.join(apps, f), path.join(apps, "dist/esbuild", path.basename(f)));
+  }
+}
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Vite's dev server on the app, /models forwarded to the static server. */
+async function startDev() {
+  const port = await freePort();
+  const proc = spawn("npx", ["vite", "--host", "127.0.0.1", "--port", String(port), "--strictPort"], {
+    cwd: apps,
+    env: { ...process.env, PIPPIN_MODELS_ORIGIN: base },
+    stdio: ["ignore", "inherit", "inherit"],
+    detached: true,
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 300; i++) {
+    if (await fetch(url).then((r) => r.ok, () => false)) return { proc, url };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("vite's dev server did not start");
+}
+
+before(async () => {
+  sh("npm", ["ci", "--no-audit", "--no-fund", "--silent"]);
+  const packed = fs.mkdtempSync(path.join(os.tmpdir(), "pippin-pack-"));
+  const tgz = sh("npm", ["pack", "--silent", "--pack-destination", packed, path.join(root, "pkg")]).trim().split("\n").at(-1);
+  sh("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--silent", path.join(packed, tgz)]);
+  buildAll();
+  server = await serve(root);
+  base = `http://127.0.0.1:${server.address().port}`;
+  dev = await startDev();
+  browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: FLAGS });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+  if (dev) process.kill(-dev.proc.pid);
+});
+
+/** Opens the app at `url` and waits for its two greedy runs. */
+async function runApp(url) {
+  const page = await browser.newPage();
+  page.on("console", (m) => m.type() === "error" && consoleErrors.push(`${url}: ${m.text()}`));
+  page.on("pageerror", (e) => consoleErrors.push(`${url}: ${e.message}`));
+  try {
+    await page.goto(url + query);
+    await page.waitForFunction(() => window.result, null, { timeout: 60_000 });
+    return await page.evaluate(() => window.result);
+  } finally {
+    await page.close();
+  }
+}
+
+for (const bundler of ["vite", "webpack", "esbuild"]) {
+  test(`${bundler} build: pippin and pippin/worker generate the reference's greedy tokens`, { timeout: 300_000 }, async () => {
+    const r = await runApp(`${base}/pkg-tests/bundlers/dist/${bundler}/index.html`);
+    assert.deepEqual(r, { main: want, worker: want });
+  });
+}
+
+test("vite dev server: pippin and pippin/worker generate the reference's greedy tokens", { timeout: 300_000 }, async () => {
+  const r = await runApp(`${dev.url}/`);
+  assert.deepEqual(r, { main: want, worker: want });
+});
+
+test("no app logged an error", () => {
+  assert.deepEqual(consoleErrors, []);
+});

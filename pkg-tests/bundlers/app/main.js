@@ -1,0 +1,22 @@
+// A user's app: both entries, imported by their bare names from the installed tarball.
+// ?model=URL&prompt=TEXT&n=TOKENS; the result (or the error's code and message) is
+// left in window.result for the test.
+import { Pippin, PippinError } from "pippin";
+import { Pippin as WorkerPippin } from "pippin/worker";
+
+const q = new URLSearchParams(location.search);
+
+async function greedy(P) {
+  const llm = await P.load(q.get("model"), { cache: false, maxContext: 64 });
+  try {
+    const ids = [];
+    for await (const c of llm.generate(q.get("prompt"), { maxTokens: Number(q.get("n")) })) if (!c.done) ids.push(c.tokenId);
+    return ids;
+  } finally {
+    await llm.dispose();
+  }
+}
+
+window.result = (async () => ({ main: await greedy(Pippin), worker: await greedy(WorkerPippin) }))().catch((e) => ({
+  error: e instanceof PippinError ? `${e.code}: ${e.message}` : String(e?.stack ?? e),
+}));
