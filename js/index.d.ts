@@ -260,6 +260,14 @@ export interface Stats {
   contextTokens: number;
   /** GPU dispatches per decode step. */
   dispatchesPerToken: number;
+  /** Bytes of the GPU buffers this model holds, by kind (weights as uploaded). */
+  gpuBytes: { weights: number; kvCache: number; scratch: number; adapters: number };
+  /** Heap bytes the wasm module has allocated now (all models of the page's module). */
+  wasmHeapBytes: number;
+  /** The most heap allocated at once since the last `Pippin.load` began. */
+  wasmHeapPeakBytes: number;
+  /** The wasm module's linear memory: its high-water mark (it never shrinks). */
+  wasmMemoryBytes: number;
 }
 
 export interface Info {

@@ -307,7 +307,9 @@ export class Pippin {
     return this.#engine.adapters();
   }
 
-  /** { prefillTokensPerS, decodeTokensPerS, weightBytes, kvCacheBytes, contextTokens } */
+  /** { prefillTokensPerS, decodeTokensPerS, weightBytes, kvCacheBytes, contextTokens,
+   * dispatchesPerToken, gpuBytes: { weights, kvCache, scratch, adapters }, wasmHeapBytes,
+   * wasmHeapPeakBytes, wasmMemoryBytes } */
   stats() {
     return this.#engine.stats();
   }

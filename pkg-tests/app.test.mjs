@@ -35,6 +35,7 @@ before(async () => {
   const progress = await page.evaluate(async (url) => {
     const seen = [];
     window.llm = await Pippin.load(url, { cache: false, onProgress: (p) => seen.push(p) });
+    window.loadStats = llm.stats();
     return seen;
   }, MODEL);
   assert.equal(progress[0].phase, "download");
@@ -63,6 +64,33 @@ test("streams the reference greedy continuation", async () => {
   assert.equal(last.finishReason, "length");
   assert.equal(last.usage.generatedTokens, 4);
   assert.ok(r.slice(0, -1).every((c) => typeof c.tokenId === "number" && c.text.length > 0));
+});
+
+test("memory: a small wasm heap while loading, GPU memory by kind, and load/dispose cycles leak nothing", async (t) => {
+  const r = await page.evaluate(async (url) => {
+    const cycles = [];
+    for (let i = 0; i < 3; i++) {
+      const m = await Pippin.load(url, { cache: false });
+      const peak = m.stats().wasmHeapPeakBytes;
+      await m.dispose();
+      const s = llm.stats();
+      cycles.push({ peak, heap: s.wasmHeapBytes, memory: s.wasmMemoryBytes });
+    }
+    return { first: loadStats, cycles };
+  }, MODEL);
+  const MiB = 1 << 20;
+  const s = r.first;
+  t.diagnostic(`first load: ${JSON.stringify(s)}; cycles: ${JSON.stringify(r.cycles)}`);
+  assert.ok(s.wasmHeapPeakBytes > 0 && s.wasmHeapPeakBytes <= 64 * MiB, `heap peak ${s.wasmHeapPeakBytes} bytes while loading a 98 MB file`);
+  assert.ok(s.wasmMemoryBytes >= s.wasmHeapPeakBytes);
+  assert.equal(s.gpuBytes.weights, s.weightBytes);
+  assert.equal(s.gpuBytes.kvCache, s.kvCacheBytes);
+  assert.ok(s.gpuBytes.scratch > 0);
+  assert.equal(s.gpuBytes.adapters, 0);
+  for (const c of r.cycles) assert.ok(c.peak <= 64 * MiB, `heap peak ${c.peak} bytes`);
+  const [, a, b] = r.cycles;
+  assert.ok(Math.abs(b.heap - a.heap) <= MiB, `heap after a load and dispose: ${a.heap} then ${b.heap} bytes`);
+  assert.equal(b.memory, a.memory, "the wasm memory did not grow");
 });
 
 test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU reference does", async () => {

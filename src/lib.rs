@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod guided;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod quant;
 pub mod rng;

@@ -106,7 +106,9 @@ async function updateNumbers(ttft) {
   $("n-prefill").textContent = s.prefillTokensPerS ? `${s.prefillTokensPerS.toFixed(1)} tok/s` : "–";
   $("n-decode").textContent = s.decodeTokensPerS ? `${s.decodeTokensPerS.toFixed(1)} tok/s` : "–";
   if (ttft !== undefined) $("n-ttft").textContent = `${ttft.toFixed(0)} ms`;
-  $("n-memory").textContent = `${mb(s.weightBytes + s.kvCacheBytes)} (weights ${mb(s.weightBytes)}, KV ${mb(s.kvCacheBytes)})`;
+  const g = s.gpuBytes;
+  $("n-memory").textContent = `${mb(g.weights + g.kvCache + g.scratch + g.adapters)} (weights ${mb(g.weights)}, KV ${mb(g.kvCache)}, scratch ${mb(g.scratch)}, adapters ${mb(g.adapters)})`;
+  $("n-wasm").textContent = `${mb(s.wasmHeapBytes)} (peak ${mb(s.wasmHeapPeakBytes)}, memory ${mb(s.wasmMemoryBytes)})`;
   $("n-context").textContent = `${s.contextTokens} tokens`;
 }
 

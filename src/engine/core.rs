@@ -63,6 +63,17 @@ struct Running {
     adapter: Option<Rc<GpuAdapter>>,
 }
 
+/// Bytes of the GPU buffers an engine holds, by what they hold (the quantized weights
+/// as uploaded; norms and other vectors, a few KB, are not counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuBytes {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub scratch: u64,
+    pub adapters: u64,
+}
+
 /// How the last reply ended, so its caller can ask again and get the same answer.
 enum Ended {
     Done(Event),
@@ -403,6 +414,16 @@ impl Engine {
         self.idle()?;
         self.session.clear();
         Ok(())
+    }
+
+    /// GPU memory Pippin holds for this model, by kind.
+    pub fn gpu_bytes(&self) -> GpuBytes {
+        GpuBytes {
+            weights: self.model.weight_bytes,
+            kv_cache: self.session.kv_bytes(),
+            scratch: self.session.scratch_bytes(),
+            adapters: self.adapters.values().map(|a| a.bytes).sum(),
+        }
     }
 
     pub fn weight_bytes(&self) -> u64 {

@@ -1,5 +1,6 @@
-//! The model's weights on the GPU, uploaded tensor by tensor as they stream from the
-//! GGUF reader (`gguf::Window`: the file is read front to back once, never whole).
+//! The model's weights on the GPU, uploaded slice by slice as they stream from the
+//! GGUF reader (`gguf::Window`: the file is read front to back once; neither it nor a
+//! matrix is ever whole in memory).
 
 use crate::error::{Error, Result};
 use crate::gguf::{
@@ -81,23 +82,60 @@ fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
     Ok(roles)
 }
 
-fn upload(gpu: &Gpu, t: &TensorInfo, s: &TensorSpec, bytes: &[u8]) -> Result<Uploaded> {
-    if !t.ty.can_dequantize() {
-        return Err(Error::unsupported(format!(
-            "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
+fn decodable(t: &TensorInfo) -> Result<()> {
+    if t.ty.can_dequantize() {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
+        t.name,
+        t.ty,
+        quant::DECODABLE
+    )))
+}
+
+/// GGUF bytes of a matrix read and written to the GPU at once: the heap holds about
+/// two slices (the stream's and its packed words), never a whole tensor.
+const SLICE_BYTES: usize = 4 << 20;
+
+/// A matrix streamed to the GPU slice by slice from `w` as its bytes arrive.
+async fn stream_matrix<S: ByteSource>(
+    gpu: &Gpu,
+    w: &mut Window<'_, S>,
+    start: u64,
+    t: &TensorInfo,
+    s: &TensorSpec,
+    progress: Progress<'_>,
+) -> Result<GpuMatrix> {
+    decodable(t)?;
+    let shape = (s.rows, s.cols);
+    let mut out = GpuMatrix::writer(gpu, &t.name, t.ty, shape, gpu.max_binding())?;
+    if (out.row_bytes() * s.rows) as u64 != t.n_bytes {
+        return Err(Error::gguf(format!(
+            "tensor {:?} has {} bytes, not {} rows of {}",
             t.name,
-            t.ty,
-            quant::DECODABLE
+            t.n_bytes,
+            s.rows,
+            out.row_bytes()
         )));
     }
-    Ok(if !s.matrix {
-        let v = quant::dequantize(t.ty, bytes, t.n_elements as usize)?;
-        Uploaded::Vector(gpu.upload_f32(&t.name, &v)?, v)
-    } else {
-        Uploaded::Matrix(GpuMatrix::upload(
-            gpu, &t.name, t.ty, bytes, s.rows, s.cols,
-        )?)
-    })
+    while let Some(rows) = out.next_rows(SLICE_BYTES) {
+        let at = start + (rows.start * out.row_bytes()) as u64;
+        let bytes = w
+            .take(at, (rows.len() * out.row_bytes()) as u64, &t.name)
+            .await?;
+        out.write(gpu, rows, &bytes)?;
+        gpu.take_error()?;
+        progress(w.read(), w.total().unwrap_or(0));
+    }
+    out.finish()
+}
+
+/// A norm or other vector: small, kept whole (the CPU keeps a copy too).
+fn upload_vector(gpu: &Gpu, t: &TensorInfo, bytes: &[u8]) -> Result<Uploaded> {
+    decodable(t)?;
+    let v = quant::dequantize(t.ty, bytes, t.n_elements as usize)?;
+    Ok(Uploaded::Vector(gpu.upload_f32(&t.name, &v)?, v))
 }
 
 /// Halves of palettized weights waiting for their other half, by weight name.
@@ -138,8 +176,9 @@ impl Palettes {
 }
 
 impl GpuModel {
-    /// Parses the header and uploads the model from a byte stream, tensor by tensor as
-    /// the bytes arrive: at most one tensor and one chunk are held in memory.
+    /// Parses the header and uploads the model from a byte stream as the bytes arrive:
+    /// matrices slice by slice (`SLICE_BYTES`), so the heap does not grow with the
+    /// model; a palettized weight's two halves are held until both are in.
     /// `progress(bytes read, total)` is called as the stream is consumed.
     pub async fn load_from<S: ByteSource>(
         gpu: Gpu,
@@ -174,12 +213,18 @@ impl GpuModel {
         let mut up: HashMap<String, Uploaded> = HashMap::new();
         let mut palettes = Palettes::default();
         for t in order {
-            let bytes = w
-                .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
-                .await?;
+            let start = gguf.data_offset + t.offset;
+            if let Role::Whole(s) = &roles[&t.name] {
+                if s.matrix {
+                    let m = stream_matrix(&gpu, &mut w, start, t, s, progress).await?;
+                    up.insert(t.name.clone(), Uploaded::Matrix(m));
+                    continue;
+                }
+            }
+            let bytes = w.take(start, t.n_bytes, &t.name).await?;
             match &roles[&t.name] {
-                Role::Whole(s) => {
-                    up.insert(t.name.clone(), upload(&gpu, t, s, &bytes)?);
+                Role::Whole(_) => {
+                    up.insert(t.name.clone(), upload_vector(&gpu, t, &bytes)?);
                 }
                 role => {
                     if let Some((name, m)) = palettes.add(&gpu, role, bytes)? {

@@ -65,6 +65,39 @@ struct Buffers {
     read_choice: [wgpu::Buffer; 2],
 }
 
+impl Buffers {
+    /// GPU bytes these hold (a RoPE table shared by both kinds of layer counts once).
+    fn bytes(&self) -> u64 {
+        let rope = if self.rope[0] == self.rope[1] {
+            &self.rope[..1]
+        } else {
+            &self.rope[..]
+        };
+        [
+            &self.step,
+            &self.tokens,
+            &self.x,
+            &self.h,
+            &self.qkv,
+            &self.att,
+            &self.gu,
+            &self.act,
+            &self.part,
+            &self.last,
+            &self.logits,
+            &self.penalty_ids,
+            &self.lora_t,
+            &self.read_top,
+            &self.read_logits,
+        ]
+        .into_iter()
+        .chain(rope)
+        .chain(&self.read_choice)
+        .map(wgpu::Buffer::size)
+        .sum()
+    }
+}
+
 const MAX_PENALTY_IDS: usize = 1024;
 
 pub struct GpuSession {
@@ -325,6 +358,11 @@ impl GpuSession {
 
     pub fn kv_bytes(&self) -> u64 {
         self.cache.iter().map(LayerCache::bytes).sum()
+    }
+
+    /// GPU bytes of activations, RoPE tables and read-back buffers.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.b.bytes()
     }
 
     async fn run(

@@ -11,7 +11,7 @@ mod stop;
 pub mod tools;
 
 pub use crate::gguf::{ByteSource, Progress, ReadSource};
-pub use core::{busy, AdapterChoice, Engine, Prompt, ResidentAdapter};
+pub use core::{busy, AdapterChoice, Engine, GpuBytes, Prompt, ResidentAdapter};
 pub use cpu::CpuSession;
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};

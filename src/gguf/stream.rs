@@ -1,6 +1,6 @@
 //! Reading a GGUF file as a stream of chunks (a download, a `Blob`, a file): the header
-//! parsed as soon as its bytes are in, then tensors taken front to back, each held
-//! only while it is repacked. Natively and in the browser alike (a `ByteSource` is
+//! parsed as soon as its bytes are in, then tensor bytes taken front to back (the GPU
+//! loader takes matrices a slice of rows at a time), each held only while repacked. Natively and in the browser alike (a `ByteSource` is
 //! async); the GPU loader is built on this.
 
 use super::{read_header, read_header_prefix, Gguf};
@@ -88,7 +88,7 @@ impl<'s, S: ByteSource> Window<'s, S> {
                 "tensor {name:?} starts inside the previous one"
             )));
         }
-        // A tensor is held whole while it is repacked: refuse what cannot be, before
+        // What is taken is held whole while it is repacked: refuse what cannot be, before
         // buffering toward it (wasm32 has a 4 GiB address space).
         if n > MAX_TENSOR_BYTES || usize::try_from(n).is_err() {
             return Err(Error::unsupported(format!(

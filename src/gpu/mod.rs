@@ -219,6 +219,21 @@ impl Gpu {
         Ok(buf)
     }
 
+    /// Writes `words` into `buf` from word `at` on (no copy is made here; the queue
+    /// takes the bytes before it returns).
+    pub fn write_words(&self, buf: &wgpu::Buffer, at: usize, words: &[u32]) -> Result<()> {
+        let (start, len) = (at as u64 * 4, words.len() as u64 * 4);
+        if start + len > buf.size() {
+            return Err(Error::invalid(format!(
+                "writing {len} bytes at {start} overruns a buffer of {}",
+                buf.size()
+            )));
+        }
+        self.queue
+            .write_buffer(buf, start, bytemuck::cast_slice(words));
+        Ok(())
+    }
+
     pub fn upload_u32(&self, label: &str, data: &[u32]) -> Result<wgpu::Buffer> {
         self.upload(label, bytemuck::cast_slice(data))
     }

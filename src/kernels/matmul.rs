@@ -59,58 +59,26 @@ impl GpuMatrix {
         cols: usize,
         max_bytes: u64,
     ) -> Result<GpuMatrix> {
-        // Every kernel reads rows in blocks of 32; `Config::validate` and `pack` check
-        // the widths a model and a tensor bring, this guards every other caller.
-        if rows == 0 || cols == 0 || !cols.is_multiple_of(32) {
-            return Err(Error::invalid(format!(
-                "{name}: a {rows} × {cols} matrix (rows must be whole blocks of 32)"
-            )));
-        }
-        let blocks_per_row = cols / 32;
-        let row_words = blocks_per_row * p.format.qs_words_per_block();
-        // Parts start on an even row so f16 scales (two per word) split cleanly, and on
-        // a table boundary for palettes.
-        let align = if p.format.is_palette() {
-            2 * p.lut_rows.max(1)
-        } else {
-            2
-        };
-        let max_rows = ((max_bytes / 4) as usize / row_words).max(align);
-        let per_part = if max_rows >= rows {
-            rows
-        } else {
-            max_rows / align * align
-        };
-        let mut parts = Vec::new();
-        for row0 in (0..rows).step_by(per_part.max(1)) {
-            let n = per_part.min(rows - row0);
-            let (a, b) = if let Some(w) = p.format.scale_words_per_row(blocks_per_row) {
-                (row0 * w, (row0 + n) * w)
-            } else if p.format.is_palette() {
-                let (lr, lw) = (p.lut_rows.max(1), p.format.lut_words());
-                (row0 / lr * lw, (row0 + n).div_ceil(lr) * lw)
-            } else if p.format.has_half_scales() {
-                (
-                    row0 * blocks_per_row / 2,
-                    ((row0 + n) * blocks_per_row).div_ceil(2),
-                )
-            } else {
-                // F32, F16: no scales (one dummy word).
-                (0, p.scales.len())
-            };
-            let scales = p.scales.get(a..b.min(p.scales.len())).ok_or_else(|| {
+        let plan = plan_parts(p.format, p.lut_rows, rows, cols, max_bytes, name)?;
+        let mut parts = Vec::with_capacity(plan.len());
+        for pp in plan {
+            let scales = p
+                .scales
+                .get(pp.scales.start..pp.scales.end.min(p.scales.len()));
+            let scales = scales.ok_or_else(|| {
                 Error::invalid(format!(
-                    "{name}: scales do not cover rows {row0}..{}",
-                    row0 + n
+                    "{name}: scales do not cover rows {}..{}",
+                    pp.row0,
+                    pp.row0 + pp.rows
                 ))
             })?;
             let qs = p
                 .qs
-                .get(row0 * row_words..(row0 + n) * row_words)
+                .get(pp.row0 * pp.row_words..(pp.row0 + pp.rows) * pp.row_words)
                 .ok_or_else(|| Error::invalid(format!("{name}: values do not cover its rows")))?;
             parts.push(Part {
-                row0,
-                rows: n,
+                row0: pp.row0,
+                rows: pp.rows,
                 qs: gpu.upload_u32(&format!("{name} qs"), qs)?,
                 scales: gpu.upload_u32(&format!("{name} scales"), scales)?,
             });
@@ -124,11 +92,192 @@ impl GpuMatrix {
         })
     }
 
+    /// A `rows × cols` matrix of GGUF type `ty` whose buffers exist before its bytes:
+    /// the loader writes it slice by slice as the file streams in, so no tensor is
+    /// ever whole in memory (palettes, stored as two tensors, go through `from_packed`).
+    /// Parts hold at most `max_bytes` of values (`Gpu::max_binding`; tests use less).
+    pub fn writer(
+        gpu: &Gpu,
+        name: &str,
+        ty: GgmlType,
+        (rows, cols): (usize, usize),
+        max_bytes: u64,
+    ) -> Result<MatrixWriter> {
+        let bad = || Error::invalid(format!("{name}: {ty} cannot hold rows of {cols}"));
+        let row_bytes =
+            usize::try_from(ty.bytes_for(cols as u64).ok_or_else(bad)?).map_err(|_| bad())?;
+        // The format and its words per row, from two rows of zeros (valid blocks in
+        // every GGML type: a zero scale).
+        let probe = gpu_layout::pack(ty, &vec![0; 2 * row_bytes], 2 * cols)?;
+        let plan = plan_parts(probe.format, 0, rows, cols, max_bytes, name)?;
+        let mut parts = Vec::with_capacity(plan.len());
+        for pp in &plan {
+            parts.push(Part {
+                row0: pp.row0,
+                rows: pp.rows,
+                qs: gpu.storage(&format!("{name} qs"), (pp.rows * pp.row_words * 4) as u64)?,
+                scales: gpu.storage(&format!("{name} scales"), (pp.scales.len() * 4) as u64)?,
+            });
+        }
+        Ok(MatrixWriter {
+            ty,
+            row_bytes,
+            row_words: plan.first().map_or(0, |p| p.row_words),
+            written: 0,
+            m: GpuMatrix {
+                format: probe.format,
+                rows,
+                cols,
+                lut_rows: 0,
+                parts,
+            },
+        })
+    }
+
     pub fn bytes(&self) -> u64 {
         self.parts
             .iter()
             .map(|p| p.qs.size() + p.scales.size())
             .sum()
+    }
+}
+
+/// One part of a matrix: its rows, their words of values per row, and the range of
+/// `scales` words it owns.
+struct PartPlan {
+    row0: usize,
+    rows: usize,
+    row_words: usize,
+    scales: std::ops::Range<usize>,
+}
+
+/// How a matrix splits into parts of at most `max_bytes` of values each.
+fn plan_parts(
+    format: GpuFormat,
+    lut_rows: usize,
+    rows: usize,
+    cols: usize,
+    max_bytes: u64,
+    name: &str,
+) -> Result<Vec<PartPlan>> {
+    // Every kernel reads rows in blocks of 32; `Config::validate` and `pack` check
+    // the widths a model and a tensor bring, this guards every other caller.
+    if rows == 0 || cols == 0 || !cols.is_multiple_of(32) {
+        return Err(Error::invalid(format!(
+            "{name}: a {rows} × {cols} matrix (rows must be whole blocks of 32)"
+        )));
+    }
+    let blocks_per_row = cols / 32;
+    let row_words = blocks_per_row * format.qs_words_per_block();
+    // Parts start on an even row so f16 scales (two per word) split cleanly, and on
+    // a table boundary for palettes.
+    let align = if format.is_palette() {
+        2 * lut_rows.max(1)
+    } else {
+        2
+    };
+    let max_rows = ((max_bytes / 4) as usize / row_words).max(align);
+    let per_part = if max_rows >= rows {
+        rows
+    } else {
+        max_rows / align * align
+    };
+    let scales = |row0: usize, n: usize| {
+        if let Some(w) = format.scale_words_per_row(blocks_per_row) {
+            row0 * w..(row0 + n) * w
+        } else if format.is_palette() {
+            let (lr, lw) = (lut_rows.max(1), format.lut_words());
+            row0 / lr * lw..(row0 + n).div_ceil(lr) * lw
+        } else if format.has_half_scales() {
+            row0 * blocks_per_row / 2..((row0 + n) * blocks_per_row).div_ceil(2)
+        } else {
+            // F32, F16: no scales (one dummy word).
+            0..1
+        }
+    };
+    Ok((0..rows)
+        .step_by(per_part.max(1))
+        .map(|row0| {
+            let n = per_part.min(rows - row0);
+            PartPlan {
+                row0,
+                rows: n,
+                row_words,
+                scales: scales(row0, n),
+            }
+        })
+        .collect())
+}
+
+/// A matrix being written in slices of rows, front to back (`GpuMatrix::writer`).
+pub struct MatrixWriter {
+    ty: GgmlType,
+    row_bytes: usize,
+    row_words: usize,
+    written: usize,
+    m: GpuMatrix,
+}
+
+impl MatrixWriter {
+    /// GGUF bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The rows to write next, about `target` bytes of the file (an even count, and
+    /// within one part), or `None` once every row is written.
+    pub fn next_rows(&self, target: usize) -> Option<std::ops::Range<usize>> {
+        let part = self
+            .m
+            .parts
+            .iter()
+            .find(|p| p.row0 + p.rows > self.written)?;
+        let n = (target / self.row_bytes.max(1)).max(2) / 2 * 2;
+        Some(self.written..(self.written + n).min(part.row0 + part.rows))
+    }
+
+    /// Packs and writes `next_rows`' rows, given as their GGUF bytes.
+    pub fn write(&mut self, gpu: &Gpu, rows: std::ops::Range<usize>, bytes: &[u8]) -> Result<()> {
+        let m = &self.m;
+        let part = m.parts.iter().find(|p| p.row0 + p.rows > rows.start);
+        let part = part.filter(|p| {
+            rows.start == self.written
+                && rows.end <= p.row0 + p.rows
+                && (rows.len().is_multiple_of(2) || rows.end == p.row0 + p.rows)
+        });
+        let Some(part) = part else {
+            return Err(Error::invalid(format!(
+                "rows {rows:?} are not the next slice of a {}-row matrix",
+                m.rows
+            )));
+        };
+        let packed = gpu_layout::pack(self.ty, bytes, rows.len() * m.cols)?;
+        let local = rows.start - part.row0;
+        gpu.write_words(&part.qs, local * self.row_words, &packed.qs)?;
+        let blocks_per_row = m.cols / 32;
+        let scale_at = if let Some(w) = m.format.scale_words_per_row(blocks_per_row) {
+            Some(local * w)
+        } else if m.format.has_half_scales() {
+            Some(local * blocks_per_row / 2)
+        } else {
+            None // F32, F16: the dummy word stays
+        };
+        if let Some(at) = scale_at {
+            gpu.write_words(&part.scales, at, &packed.scales)?;
+        }
+        self.written = rows.end;
+        Ok(())
+    }
+
+    /// The matrix, once every row has been written.
+    pub fn finish(self) -> Result<GpuMatrix> {
+        if self.written != self.m.rows {
+            return Err(Error::invalid(format!(
+                "{} of {} rows were written",
+                self.written, self.m.rows
+            )));
+        }
+        Ok(self.m)
     }
 }
 

@@ -17,6 +17,10 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
+/// Counts the heap, for `stats()` (see `memory`).
+#[global_allocator]
+static HEAP: crate::memory::Counting = crate::memory::Counting;
+
 /// What every call returns to JavaScript: its value, or a thrown `PippinError`.
 type JsResult<T> = Result<T, JsValue>;
 
@@ -171,6 +175,8 @@ impl Engine {
         on_phase: Option<js_sys::Function>,
     ) -> JsResult<Engine> {
         console_error_panic_hook::set_once();
+        // stats().wasmHeapPeakBytes: the most this load (and what follows) held.
+        crate::memory::reset_peak();
         let opts: LoadOptions = self::options(options)?;
         let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
         gpu.adapter.software |= opts.software_adapter;
@@ -327,7 +333,12 @@ impl Engine {
 
     /// Speeds of the current or last reply and GPU memory in use.
     pub fn stats(&self) -> JsResult<JsValue> {
-        to_js(&self.slot.stats.get())
+        let mut s = self.slot.stats.get();
+        let heap = crate::memory::heap();
+        s.wasm_heap_bytes = heap.live_bytes;
+        s.wasm_heap_peak_bytes = heap.peak_bytes;
+        s.wasm_memory_bytes = (core::arch::wasm32::memory_size::<0>() as u64) << 16;
+        to_js(&s)
     }
 
     /// The model's configuration and the WebGPU adapter (`gpuAdapter`).
@@ -401,6 +412,12 @@ struct Stats {
     context_tokens: usize,
     /// GPU dispatches a decode step records (the base model's, or the reply's adapter).
     dispatches_per_token: usize,
+    gpu_bytes: crate::engine::GpuBytes,
+    /// Heap bytes allocated now, and the most at once since the last load began.
+    wasm_heap_bytes: u64,
+    wasm_heap_peak_bytes: u64,
+    /// The wasm module's linear memory (it never shrinks: the high-water mark).
+    wasm_memory_bytes: u64,
 }
 
 impl Stats {
@@ -413,6 +430,8 @@ impl Stats {
             kv_cache_bytes: c.kv_cache_bytes(),
             context_tokens: c.context_tokens(),
             dispatches_per_token: c.dispatches_per_token().unwrap_or(0),
+            gpu_bytes: c.gpu_bytes(),
+            ..Stats::default()
         }
     }
 }

@@ -21,6 +21,10 @@ use pippin::{Error, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
+/// Counts the heap, for `bench --json`'s memory figures (see `pippin::memory`).
+#[global_allocator]
+static HEAP: pippin::memory::Counting = pippin::memory::Counting;
+
 const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 #[derive(Parser)]
@@ -358,13 +362,21 @@ fn run_bench(
         kv,
         chunk: 64,
     };
+    pippin::memory::reset_peak();
+    let before = pippin::memory::heap();
     let mut engine = load_engine(path, None, so)?;
+    let memory = serde_json::json!({
+        "load_heap_peak_bytes": pippin::memory::heap().peak_bytes - before.live_bytes,
+        "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
+        "gpu_bytes": engine.gpu_bytes(),
+    });
     let kernels = bench::kernels(engine.model(), reps, prompt.clamp(2, 64))?;
     let figures = bench::figures(&mut engine, path, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
     if json {
         let mut v = figures.to_json();
         v["guided"] = guided.to_json();
+        v["memory"] = memory;
         v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
         println!("{v:#}");
         return Ok(());
@@ -400,6 +412,7 @@ fn run_bench(
     }
     println!("\n{figures}");
     println!("{guided}");
+    println!("memory: {memory}");
     Ok(())
 }
 
