@@ -54,16 +54,9 @@ fn a_large_model_loads_within_64_mib_of_heap() {
     let dir = std::env::temp_dir().join(format!("pippin-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let path = dir.join("large.gguf");
-    let spec = Spec {
-        hidden: 1024,
-        heads: 8,
-        kv_heads: 2,
-        head_dim: 128,
-        ffn: 2816,
-        vocab: 100_000,
-        ..Spec::llama()
-    };
-    spec.write(&path).expect("the synthetic model is written");
+    Spec::large()
+        .write(&path)
+        .expect("the synthetic model is written");
     let file = std::fs::metadata(&path).expect("written").len();
     let (m, peak) = load_peak(|| load(&path));
     std::fs::remove_dir_all(&dir).ok();

@@ -70,6 +70,41 @@ impl Spec {
         }
     }
 
+    /// A ~500 MB model (a 100,000-token f32 embedding of 410 MB): memory tests load
+    /// it to show the heap does not follow the file (natively and in the browser).
+    pub fn large() -> Spec {
+        Spec {
+            hidden: 1024,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 128,
+            ffn: 2816,
+            vocab: 100_000,
+            ..Spec::llama()
+        }
+        .with_tokenizer()
+    }
+
+    /// With a byte-level BPE tokenizer of `vocab` tokens ("t0", "t1", ...; no
+    /// merges), enough for the engine to load the model and run token ids.
+    pub fn with_tokenizer(mut self) -> Spec {
+        use crate::gguf::Array;
+        let tokens = (0..self.vocab).map(|i| format!("t{i}")).collect();
+        self.extra.extend([
+            ("tokenizer.ggml.model".into(), Value::Str("gpt2".into())),
+            (
+                "tokenizer.ggml.tokens".into(),
+                Value::Array(Array::Str(tokens)),
+            ),
+            (
+                "tokenizer.ggml.merges".into(),
+                Value::Array(Array::Str(Vec::new())),
+            ),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(0)),
+        ]);
+        self
+    }
+
     /// The file's bytes.
     pub fn bytes(&self) -> Vec<u8> {
         let mut w = Writer::new();

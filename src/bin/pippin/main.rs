@@ -82,6 +82,9 @@ enum Cmd {
         #[arg(long)]
         zero_b: bool,
     },
+    /// Write the large synthetic model the memory tests load (~500 MB, random
+    /// weights, a vocabulary of "t0".."t99999").
+    MakeLarge { out: PathBuf },
     /// Palettize a model (AFM-style 2/4-bit lookup tables) into a new GGUF.
     Convert(quality::ConvertArgs),
     /// Token-level perplexity of a model over a text (sliding window).
@@ -234,6 +237,9 @@ fn main() {
             seed,
             zero_b,
         } => make_adapter(&out, &model, rank, &modules, seed, zero_b),
+        Cmd::MakeLarge { out } => pippin::testing::synthetic::Spec::large()
+            .write(&out)
+            .map_err(Error::Io),
         Cmd::Bench {
             model,
             reps,
