@@ -4,15 +4,19 @@
 import init, { Engine } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
-import { PippinError, ERROR_CODES } from "./errors.js";
+import { PippinError, ERROR_CODES, asPippinError } from "./errors.js";
 
 export { PippinError, ERROR_CODES };
 
 const CACHE = "pippin-models";
 let ready = null;
 
+/** Instantiates the wasm once; a failure (the file not served) is retried next time. */
 function initOnce(wasmUrl) {
-  ready ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined);
+  ready ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).catch((e) => {
+    ready = null;
+    throw new PippinError("Download", `Loading Pippin's wasm failed (see wasmUrl): ${e.message}`, { cause: e });
+  });
   return ready;
 }
 
@@ -70,11 +74,12 @@ function aborted(signal) {
   return new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
 }
 
-/** `stream`, erroring as soon as `signal` fires (the engine's read then fails). */
+/** `stream`, erroring as soon as `signal` fires (the engine's read then fails), or
+ * when the pipe cannot start (a body already read). */
 function abortable(stream, signal) {
   if (!signal) return stream;
   const through = new TransformStream();
-  stream.pipeTo(through.writable, { signal }).catch(() => {});
+  stream.pipeTo(through.writable, { signal }).catch((e) => through.writable.abort(e).catch(() => {}));
   return through.readable;
 }
 
@@ -173,7 +178,12 @@ async function adapterBytes(src, onProgress, what) {
   if (typeof src === "string" || src instanceof URL) {
     src = await download(src, `the adapter's ${what}`);
   }
-  const bytes = new Uint8Array(src instanceof Response || src instanceof Blob ? await src.arrayBuffer() : ArrayBuffer.isView(src) ? src.buffer.slice(src.byteOffset, src.byteOffset + src.byteLength) : src);
+  let bytes;
+  try {
+    bytes = new Uint8Array(src instanceof Response || src instanceof Blob ? await src.arrayBuffer() : ArrayBuffer.isView(src) ? src.buffer.slice(src.byteOffset, src.byteOffset + src.byteLength) : src);
+  } catch (e) {
+    throw asPippinError(e, "Download");
+  }
   onProgress?.({ phase: what, loaded: bytes.length, total: bytes.length, fraction: 1 });
   return bytes;
 }
@@ -187,13 +197,14 @@ function generationOptions(o = {}) {
   return out;
 }
 
-/** The low-level calls of a reply on a wasm engine (see reply.js). */
+/** The low-level calls of a reply on a wasm engine (see reply.js); `engine()` is
+ * looked up at each call, so a reply read after dispose() gets Disposed. */
 function replyCalls(engine, start) {
   return {
     start,
-    next: (id) => engine.next(id),
-    abort: (id) => engine.abort(id),
-    release: (id) => engine.release(id),
+    next: (id) => engine().next(id),
+    abort: (id) => engine().abort(id),
+    release: (id) => engine().release(id),
   };
 }
 
@@ -253,8 +264,10 @@ export class Pippin {
         throw aborted(signal);
       }
     } catch (e) {
-      await src.done(false);
-      if (signal?.aborted) throw aborted(signal);
+      const stopped = Boolean(signal?.aborted);
+      // An aborted load says nothing about a cached copy: it is kept.
+      await src.done(stopped && Boolean(src.fromCache));
+      if (stopped) throw aborted(signal);
       // A cached copy that does not load is evicted and the model downloaded again.
       if (src.fromCache) return Pippin.load(source, options);
       throw e;
@@ -266,16 +279,14 @@ export class Pippin {
 
   /** Streams a continuation of `prompt` (no chat template). */
   generate(prompt, options = {}) {
-    const e = this.#engine;
-    const start = () => e.generate(String(prompt), generationOptions(options), options.adapter);
-    return new Reply(replyCalls(e, start), options.signal);
+    const start = () => this.#engine.generate(String(prompt), generationOptions(options), options.adapter);
+    return new Reply(replyCalls(() => this.#engine, start), options.signal);
   }
 
   /** Streams the assistant's reply to `messages` ([{role, content}]) in the model's chat template. */
   chat(messages, options = {}) {
-    const e = this.#engine;
-    const start = () => e.chat(messages, generationOptions(options), options.adapter);
-    return new Reply(replyCalls(e, start), options.signal);
+    const start = () => this.#engine.chat(messages, generationOptions(options), options.adapter);
+    return new Reply(replyCalls(() => this.#engine, start), options.signal);
   }
 
   /**

@@ -64,7 +64,11 @@ const methods = {
   stats: () => llm.stats(),
   info: () => llm.info(),
   reset: () => llm.reset(),
-  dispose: () => llm.dispose(),
+  // Later calls find no model: Disposed (see onmessage).
+  dispose: async () => {
+    await llm.dispose(); // refused (Busy) while a reply runs: the model stays
+    llm = engine = null;
+  },
 };
 
 onmessage = async (e) => {

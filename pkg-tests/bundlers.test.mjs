@@ -71,6 +71,7 @@ async function startDev() {
     if (await fetch(url).then((r) => r.ok, () => false)) return { proc, url };
     await new Promise((r) => setTimeout(r, 100));
   }
+  process.kill(-proc.pid);
   throw new Error("vite's dev server did not start");
 }
 
@@ -99,8 +100,11 @@ async function runApp(url) {
   page.on("pageerror", (e) => consoleErrors.push(`${url}: ${e.message}`));
   try {
     await page.goto(url + query);
+    // window.result is the app's promise: awaited here, bounded by a timeout.
     await page.waitForFunction(() => window.result, null, { timeout: 60_000 });
-    return await page.evaluate(() => window.result);
+    return await page.evaluate(() =>
+      Promise.race([window.result, new Promise((_, no) => setTimeout(() => no(new Error("the app did not finish in 180 s")), 180_000))]),
+    );
   } finally {
     await page.close();
   }

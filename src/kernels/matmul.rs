@@ -242,6 +242,7 @@ impl MatrixWriter {
         let part = m.parts.iter().find(|p| p.row0 + p.rows > rows.start);
         let part = part.filter(|p| {
             rows.start == self.written
+                && rows.start < rows.end
                 && rows.end <= p.row0 + p.rows
                 && (rows.len().is_multiple_of(2) || rows.end == p.row0 + p.rows)
         });
