@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
 /// The system allocator, counted. One relaxed add per allocation: no measurable cost.
 pub struct Counting;
@@ -16,6 +17,7 @@ pub struct Counting;
 fn grew(n: usize) {
     let now = LIVE.fetch_add(n, Relaxed) + n;
     PEAK.fetch_max(now, Relaxed);
+    LARGEST.fetch_max(n, Relaxed);
 }
 
 // SAFETY: every call is forwarded to `System` with the same arguments; the counters
@@ -66,16 +68,20 @@ unsafe impl GlobalAlloc for Counting {
 pub struct Heap {
     pub live_bytes: u64,
     pub peak_bytes: u64,
+    /// The largest single allocation (or growth) since the last `reset_peak`.
+    pub largest_bytes: u64,
 }
 
 pub fn heap() -> Heap {
     Heap {
         live_bytes: LIVE.load(Relaxed) as u64,
         peak_bytes: PEAK.load(Relaxed) as u64,
+        largest_bytes: LARGEST.load(Relaxed) as u64,
     }
 }
 
 /// Starts a new peak from what is live now (before a load, to measure it alone).
 pub fn reset_peak() {
     PEAK.store(LIVE.load(Relaxed), Relaxed);
+    LARGEST.store(0, Relaxed);
 }

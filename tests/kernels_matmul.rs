@@ -547,3 +547,78 @@ fn check_stacked(c: &Ctx, ty: Kind, cols: usize, rows: [usize; 3], expect_one: b
         assert!(d <= 2e-5 * scale * 16.0, "{ty:?} {rows:?} t {t}: {d}");
     }
 }
+
+/// Reads every part of `m` back: (row0, rows, qs words, scale words).
+fn words(gpu: &pippin::gpu::Gpu, m: &GpuMatrix) -> Vec<(usize, usize, Vec<u8>, Vec<u8>)> {
+    m.parts
+        .iter()
+        .map(|p| {
+            let read = |b: &wgpu::Buffer| pollster::block_on(gpu.read(b, 0, b.size())).unwrap();
+            (p.row0, p.rows, read(&p.qs), read(&p.scales))
+        })
+        .collect()
+}
+
+/// Every format, odd row counts, parts of a few rows, slices of two to a few rows:
+/// written slice by slice equals packed and uploaded whole.
+#[test]
+fn a_matrix_written_in_slices_equals_one_uploaded_whole() {
+    let gpu = &ctx().gpu;
+    use GgmlType::*;
+    let types = [
+        F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Iq4Nl, Q2K, Q3K, Q4K, Q5K, Q6K,
+    ];
+    for (i, ty) in types.into_iter().enumerate() {
+        let cols = if ty.block().0 == 256 { 512 } else { 96 };
+        let row_bytes = ty.bytes_for(cols as u64).unwrap() as usize;
+        // Words of values per row, from two rows packed: parts of 3 rows' worth hold 2.
+        let two = pack(ty, &vec![0; 2 * row_bytes], 2 * cols).unwrap();
+        let small = (3 * two.qs.len() / 2 * 4) as u64;
+        for (rows, max_bytes, slice) in [
+            (7, 1 << 20, 1),
+            (13, small, 3),
+            (31, small, 1),
+            (30, 1 << 20, 1 << 20),
+        ] {
+            let data = encode::random_blocks(ty, rows * cols, 11 + i as u64);
+            let whole = pack(ty, &data, rows * cols).unwrap();
+            let want =
+                GpuMatrix::from_packed_split(gpu, "w", whole, rows, cols, max_bytes).unwrap();
+            let mut w = GpuMatrix::writer(gpu, "w", ty, (rows, cols), max_bytes).unwrap();
+            while let Some(r) = w.next_rows(slice * row_bytes) {
+                let bytes = &data[r.start * row_bytes..r.end * row_bytes];
+                w.write(gpu, r, bytes).unwrap();
+            }
+            let got = w.finish().unwrap();
+            let what =
+                format!("{ty} {rows}×{cols}, parts of {max_bytes} bytes, slices of {slice} rows");
+            assert_eq!(got.format, want.format, "{what}");
+            assert_eq!(words(gpu, &got), words(gpu, &want), "{what}");
+        }
+    }
+}
+
+#[test]
+fn slices_out_of_order_or_missing_are_errors() {
+    let gpu = &ctx().gpu;
+    let (rows, cols) = (6, 64);
+    let row_bytes = GgmlType::Q8_0.bytes_for(cols as u64).unwrap() as usize;
+    let data = encode::random_blocks(GgmlType::Q8_0, rows * cols, 5);
+    let mut w = GpuMatrix::writer(gpu, "w", GgmlType::Q8_0, (rows, cols), 1 << 20).unwrap();
+    assert!(w
+        .write(gpu, 2..4, &data[2 * row_bytes..4 * row_bytes])
+        .is_err());
+    w.write(gpu, 0..2, &data[..2 * row_bytes]).unwrap();
+    assert!(
+        w.write(gpu, 2..3, &data[2 * row_bytes..3 * row_bytes])
+            .is_err(),
+        "an odd slice inside a part"
+    );
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 2..0;
+    assert!(
+        w.write(gpu, backwards, &[]).is_err(),
+        "an empty, reversed range"
+    );
+    assert!(w.finish().is_err(), "rows 2..6 were never written");
+}
