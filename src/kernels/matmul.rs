@@ -182,19 +182,7 @@ fn plan_parts(
     } else {
         max_rows / align * align
     };
-    let scales = |row0: usize, n: usize| {
-        if let Some(w) = format.scale_words_per_row(blocks_per_row) {
-            row0 * w..(row0 + n) * w
-        } else if format.is_palette() {
-            let (lr, lw) = (lut_rows.max(1), format.lut_words());
-            row0 / lr * lw..(row0 + n).div_ceil(lr) * lw
-        } else if format.has_half_scales() {
-            row0 * blocks_per_row / 2..((row0 + n) * blocks_per_row).div_ceil(2)
-        } else {
-            // F32, F16: no scales (one dummy word).
-            0..1
-        }
-    };
+    let scales = |row0, n| scale_words(format, lut_rows, blocks_per_row, row0, n);
     Ok((0..rows)
         .step_by(per_part.max(1))
         .map(|row0| {
@@ -207,6 +195,26 @@ fn plan_parts(
             }
         })
         .collect())
+}
+
+/// The `scales` words rows [row0, row0 + n) own (F32, F16: the one dummy word).
+fn scale_words(
+    format: GpuFormat,
+    lut_rows: usize,
+    blocks_per_row: usize,
+    row0: usize,
+    n: usize,
+) -> std::ops::Range<usize> {
+    if let Some(w) = format.scale_words_per_row(blocks_per_row) {
+        row0 * w..(row0 + n) * w
+    } else if format.is_palette() {
+        let (lr, lw) = (lut_rows.max(1), format.lut_words());
+        row0 / lr * lw..(row0 + n).div_ceil(lr) * lw
+    } else if format.has_half_scales() {
+        row0 * blocks_per_row / 2..((row0 + n) * blocks_per_row).div_ceil(2)
+    } else {
+        0..1
+    }
 }
 
 /// A matrix being written in slices of rows, front to back (`GpuMatrix::writer`).
@@ -255,17 +263,9 @@ impl MatrixWriter {
         let packed = gpu_layout::pack(self.ty, bytes, rows.len() * m.cols)?;
         let local = rows.start - part.row0;
         gpu.write_words(&part.qs, local * self.row_words, &packed.qs)?;
-        let blocks_per_row = m.cols / 32;
-        let scale_at = if let Some(w) = m.format.scale_words_per_row(blocks_per_row) {
-            Some(local * w)
-        } else if m.format.has_half_scales() {
-            Some(local * blocks_per_row / 2)
-        } else {
-            None // F32, F16: the dummy word stays
-        };
-        if let Some(at) = scale_at {
-            gpu.write_words(&part.scales, at, &packed.scales)?;
-        }
+        // Where this part's scales for these rows go (F32, F16: the dummy word again).
+        let at = scale_words(m.format, 0, m.cols / 32, local, rows.len()).start;
+        gpu.write_words(&part.scales, at, &packed.scales)?;
         self.written = rows.end;
         Ok(())
     }
