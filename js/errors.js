@@ -34,6 +34,11 @@ export class PippinError extends Error {
   }
 }
 
+/** What a load rejects with once its AbortSignal fired (in both entries). */
+export function loadAborted(signal) {
+  return new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
+}
+
 /** `e` as a PippinError: itself when it is one, else `code` with its message. */
 export function asPippinError(e, code = "Internal") {
   if (e instanceof PippinError) return e;

@@ -4,7 +4,7 @@
 import init, { Engine } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
-import { PippinError, ERROR_CODES, asPippinError } from "./errors.js";
+import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
 
 export { PippinError, ERROR_CODES };
 
@@ -60,7 +60,7 @@ async function download(url, what, signal) {
   try {
     response = await fetch(url, { signal });
   } catch (e) {
-    if (signal?.aborted) throw aborted(signal);
+    if (signal?.aborted) throw loadAborted(signal);
     throw new PippinError("Download", `Downloading ${what} from ${url} failed: ${e.message}`, { cause: e });
   }
   if (!response.ok) {
@@ -68,10 +68,6 @@ async function download(url, what, signal) {
   }
   if (!response.body) throw new PippinError("Download", `Downloading ${what} from ${url} failed: the response has no body.`);
   return response;
-}
-
-function aborted(signal) {
-  return new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
 }
 
 /** `stream`, erroring as soon as `signal` fires (the engine's read then fails), or
@@ -242,7 +238,7 @@ export class Pippin {
    */
   static async load(source, options = {}) {
     const signal = options.signal;
-    if (signal?.aborted) throw aborted(signal);
+    if (signal?.aborted) throw loadAborted(signal);
     const adapter = await checkWebGPU();
     await initOnce(options.wasmUrl);
     const progress = options.onProgress;
@@ -261,13 +257,13 @@ export class Pippin {
       engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase);
       if (signal?.aborted) {
         engine.free();
-        throw aborted(signal);
+        throw loadAborted(signal);
       }
     } catch (e) {
       const stopped = Boolean(signal?.aborted);
       // An aborted load says nothing about a cached copy: it is kept.
       await src.done(stopped && Boolean(src.fromCache));
-      if (stopped) throw aborted(signal);
+      if (stopped) throw loadAborted(signal);
       // A cached copy that does not load is evicted and the model downloaded again.
       if (src.fromCache) return Pippin.load(source, options);
       throw e;

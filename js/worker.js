@@ -3,7 +3,7 @@
 // stream back as the worker makes them.
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
-import { PippinError, ERROR_CODES, fromWire } from "./errors.js";
+import { PippinError, ERROR_CODES, fromWire, loadAborted } from "./errors.js";
 
 export { PippinError, ERROR_CODES };
 
@@ -113,10 +113,10 @@ export class Pippin {
     // Aborting ends the worker, and with it the download and the GPU memory it held.
     const onAbort = () => {
       worker.terminate();
-      conn.fail(new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason }));
+      conn.fail(loadAborted(signal));
     };
     try {
-      if (signal?.aborted) throw new PippinError("Aborted", "Loading the model was aborted.", { cause: signal.reason });
+      if (signal?.aborted) throw loadAborted(signal);
       signal?.addEventListener("abort", onAbort);
       if (source instanceof Response) source = await source.blob();
       if (source instanceof URL) source = String(source);
