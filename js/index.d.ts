@@ -57,9 +57,18 @@ export interface LoadProgress {
   fraction: number;
 }
 
+/** Where the model runs: "webgpu" on the GPU, "cpu" in wasm (SIMD128) on the CPU. */
+export type Backend = "webgpu" | "cpu";
+
 export interface LoadOptions {
   onProgress?: (p: LoadProgress) => void;
-  /** KV cache format on the GPU (default "int8"). */
+  /**
+   * "auto" (default): WebGPU on a hardware adapter; the CPU backend where WebGPU is
+   * missing, gives no adapter, or only a software one (SwiftShader). "webgpu" fails with
+   * code "NoWebGPU"/"NoAdapter" where there is none; "cpu" never touches WebGPU.
+   */
+  backend?: "auto" | Backend;
+  /** KV cache format on the GPU (default "int8"; the CPU backend keeps f32). */
   kvCache?: KvCacheFormat;
   /** Most tokens a conversation may hold (default 2048, at most the model's context). */
   maxContext?: number;
@@ -283,9 +292,13 @@ export interface Info {
     contextLength: number;
     [key: string]: unknown;
   };
-  /** The WebGPU adapter's name ("adapter" elsewhere in this API means a LoRA adapter). */
+  /** The backend that runs the model, and why it was chosen. */
+  backend: Backend;
+  backendReason: string;
+  /** The WebGPU adapter's name ("adapter" elsewhere in this API means a LoRA adapter); "" on the CPU. */
   gpuAdapter: string;
-  backend: string;
+  /** wgpu's backend ("BrowserWebGpu"); "" on the CPU. */
+  gpuBackend: string;
   shaderF16: boolean;
   subgroups: boolean;
   maxStorageBufferBindingSize: number;

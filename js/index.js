@@ -20,27 +20,42 @@ function initOnce(wasmUrl) {
   return ready;
 }
 
-/** Throws a clear PippinError when this browser has no usable WebGPU; tells whether the
- * adapter is a CPU implementation (SwiftShader), which gets kernels shaped for CPUs. */
-async function checkWebGPU() {
+const NO_WEBGPU =
+  "WebGPU is not available in this browser. Pippin's WebGPU backend needs Chrome or Edge 113+ " +
+  "(on Linux: chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu), " +
+  "Safari 26+, or Firefox 141+ on Windows; the page must be served over https or from localhost. " +
+  'backend: "auto" (the default) or "cpu" runs on the CPU instead.';
+const NO_ADAPTER =
+  "WebGPU is available but gave no GPU adapter: the GPU may be blocklisted or disabled " +
+  "(on Linux, Chrome needs chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu). " +
+  'backend: "auto" (the default) or "cpu" runs on the CPU instead.';
+
+/** What this browser has of WebGPU: "missing", "noAdapter", "software" (a fallback or
+ * CPU adapter such as SwiftShader) or "hardware". The engine picks the backend from it;
+ * asking for "webgpu" where there is none is a clear PippinError here. */
+async function probeWebGPU(backend) {
+  if (!["auto", "webgpu", "cpu"].includes(backend)) {
+    throw new PippinError("BadOptions", `backend must be "auto", "webgpu" or "cpu", not ${JSON.stringify(backend)}`);
+  }
+  if (backend === "cpu") return "missing";
   if (!globalThis.navigator?.gpu) {
-    throw new PippinError(
-      "NoWebGPU",
-      "WebGPU is not available in this browser. Pippin needs Chrome or Edge 113+ " +
-        "(on Linux: chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu), " +
-        "Safari 26+, or Firefox 141+ on Windows; the page must be served over https or from localhost.",
-    );
+    if (backend === "webgpu") throw new PippinError("NoWebGPU", NO_WEBGPU);
+    return "missing";
   }
-  const adapter = await navigator.gpu.requestAdapter();
+  let adapter = null;
+  try {
+    adapter = await navigator.gpu.requestAdapter();
+  } catch {
+    adapter = null;
+  }
   if (!adapter) {
-    throw new PippinError(
-      "NoAdapter",
-      "WebGPU is available but gave no GPU adapter: the GPU may be blocklisted or disabled " +
-        "(on Linux, Chrome needs chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu).",
-    );
+    if (backend === "webgpu") throw new PippinError("NoAdapter", NO_ADAPTER);
+    return "noAdapter";
   }
-  const arch = adapter.info?.architecture ?? "";
-  return { software: Boolean(adapter.info?.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(arch) };
+  const info = adapter.info ?? {};
+  const names = `${info.architecture ?? ""} ${info.description ?? ""} ${info.vendor ?? ""}`;
+  const software = Boolean(info.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(names);
+  return software ? "software" : "hardware";
 }
 
 const SIZE_HEADER = "x-pippin-bytes";
@@ -232,14 +247,15 @@ export class Pippin {
   }
 
   /**
-   * Loads a GGUF model onto the GPU, streaming it tensor by tensor.
+   * Loads a GGUF model, streaming it tensor by tensor: onto the GPU (WebGPU), or into
+   * memory for the CPU backend where WebGPU is missing or only a software adapter.
    * @param source a URL, a Response, a Blob/File or a Uint8Array
-   * @param options { onProgress, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, signal }
+   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, signal }
    */
   static async load(source, options = {}) {
     const signal = options.signal;
     if (signal?.aborted) throw loadAborted(signal);
-    const adapter = await checkWebGPU();
+    const webgpu = await probeWebGPU(options.backend ?? "auto");
     await initOnce(options.wasmUrl);
     const progress = options.onProgress;
     progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
@@ -250,7 +266,13 @@ export class Pippin {
           progress({ phase: "upload", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
         }
       : undefined;
-    const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext, softwareAdapter: adapter.software };
+    const engineOptions = {
+      kvCache: options.kvCache,
+      maxContext: options.maxContext,
+      softwareAdapter: webgpu === "software",
+      backend: options.backend ?? "auto",
+      webgpu,
+    };
     const onPhase = progress ? (phase) => progress({ phase, loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 }) : undefined;
     let engine;
     try {
@@ -321,7 +343,7 @@ export class Pippin {
     return this.#engine.stats();
   }
 
-  /** { config, gpuAdapter, backend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
+  /** { config, backend: "webgpu"|"cpu", backendReason, gpuAdapter, gpuBackend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
   info() {
     return this.#engine.info();
   }

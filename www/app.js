@@ -49,17 +49,17 @@ async function refreshCache() {
   $("cached").textContent = list.length ? `Cache: ${list.length} model(s), ${mb(total)}` : "Cache: empty";
 }
 
+/** Without WebGPU the model runs on the CPU backend: say so, and how to get the GPU. */
 async function checkWebGPU() {
-  if (!navigator.gpu || !(await navigator.gpu.requestAdapter())) {
+  const adapter = await navigator.gpu?.requestAdapter().catch(() => null);
+  if (!adapter) {
     banner(
-      "<strong>WebGPU is not available in this browser.</strong> Pippin runs on the GPU through WebGPU: use Chrome or Edge 113+ " +
-        "(on Linux start it with <code>--enable-unsafe-webgpu</code>), Safari 26+, or Firefox 141+ on Windows.",
-      "error",
+      "<strong>WebGPU is not available in this browser</strong>, so Pippin runs on the CPU (fine for small models). " +
+        "For the GPU use Chrome or Edge 113+ (on Linux start it with <code>--enable-unsafe-webgpu</code>), " +
+        "Safari 26+, or Firefox 141+ on Windows.",
+      "info",
     );
-    $("load").disabled = true;
-    return false;
   }
-  return true;
 }
 
 async function loadModel() {
@@ -76,10 +76,11 @@ async function loadModel() {
   const t0 = performance.now();
   try {
     state.llm = await Pippin.load(source, {
+      backend: $("backend").value,
       kvCache: $("kv").value,
       onProgress: (p) => {
         $("progress").value = p.fraction;
-        const what = { download: "Connecting", upload: "Downloading and uploading to the GPU", compile: "Compiling the GPU kernels", ready: "Ready" }[p.phase] ?? p.phase;
+        const what = { download: "Connecting", upload: "Downloading and loading", compile: "Compiling the GPU kernels", ready: "Ready" }[p.phase] ?? p.phase;
         $("progress-text").textContent = p.total
           ? `${what}: ${mb(p.loaded)} of ${mb(p.total)} (${Math.round(p.fraction * 100)}%)`
           : `${what}: ${mb(p.loaded)}`;
@@ -87,7 +88,10 @@ async function loadModel() {
     });
     const info = await state.llm.info();
     $("gpu-info").textContent = JSON.stringify(info, null, 1);
-    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${info.gpuAdapter || "WebGPU adapter"} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    state.backend = info.backend;
+    const where = info.backend === "cpu" ? "CPU" : `WebGPU (${info.gpuAdapter || "adapter"})`;
+    $("n-backend").textContent = `${where}: ${info.backendReason}`;
+    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${where} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     newChat();
     enableChat(true);
     await updateNumbers();
@@ -107,7 +111,10 @@ async function updateNumbers(ttft) {
   $("n-decode").textContent = s.decodeTokensPerS ? `${s.decodeTokensPerS.toFixed(1)} tok/s` : "–";
   if (ttft !== undefined) $("n-ttft").textContent = `${ttft.toFixed(0)} ms`;
   const g = s.gpuBytes;
-  $("n-memory").textContent = `${mb(g.weights + g.kvCache + g.scratch + g.adapters)} (weights ${mb(g.weights)}, KV ${mb(g.kvCache)}, scratch ${mb(g.scratch)}, adapters ${mb(g.adapters)})`;
+  $("n-memory").textContent =
+    state.backend === "cpu"
+      ? `none: the CPU backend keeps the weights (${mb(s.weightBytes)}) and KV cache (${mb(s.kvCacheBytes)}) in the wasm heap`
+      : `${mb(g.weights + g.kvCache + g.scratch + g.adapters)} (weights ${mb(g.weights)}, KV ${mb(g.kvCache)}, scratch ${mb(g.scratch)}, adapters ${mb(g.adapters)})`;
   $("n-wasm").textContent = `${mb(s.wasmHeapBytes)} (peak ${mb(s.wasmHeapPeakBytes)}, memory ${mb(s.wasmMemoryBytes)})`;
   $("n-context").textContent = `${s.contextTokens} tokens`;
 }
@@ -285,7 +292,6 @@ $("delete-cache").onclick = async () => {
 };
 
 window.playground = state;
-if (await checkWebGPU()) {
-  refreshCache();
-}
+await checkWebGPU();
+refreshCache();
 document.body.dataset.ready = "true";

@@ -1,7 +1,7 @@
 // The playground end to end in Debian's headless Chromium (WebGPU through SwiftShader):
 // load the default model, chat with streaming, stop mid-stream, chat again, load an
 // adapter and use it, with no console errors; a screenshot is saved as an artifact.
-// Without WebGPU the page shows its friendly message.
+// Without WebGPU the page says so and runs the model on the CPU backend.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -48,6 +48,8 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     await page.waitForFunction(() => !document.querySelector("#input").disabled, null, { timeout: 240_000 });
     assert.match(await page.textContent("#progress-text"), /Ready/);
     assert.match(await page.textContent("#status"), /30 layers/);
+    // SwiftShader is a software adapter: "auto" runs the model on the CPU and says why.
+    assert.match(await page.textContent("#n-backend"), /CPU: the only WebGPU adapter is a software one/);
 
     await page.fill("#input", "What is the capital of France?");
     await page.click("#send");
@@ -119,16 +121,27 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
   }
 });
 
-test("without WebGPU the page says which browsers and flags work", async () => {
+test("without WebGPU the playground runs on the CPU and says how to get the GPU", async () => {
   const errors = [];
   const { ctx, page } = await open(FLAGS, errors);
   try {
     await page.waitForSelector("#banner:not([hidden])");
     const text = await page.textContent("#banner");
     assert.match(text, /WebGPU is not available/);
+    assert.match(text, /runs on the CPU/);
     assert.match(text, /Chrome/);
-    assert.equal(await page.isDisabled("#load"), true);
+    await page.fill("#temperature", "0");
+    await page.fill("#max-tokens", "8");
+    await page.click("#load");
+    await page.waitForFunction(() => !document.querySelector("#input").disabled, null, { timeout: 120_000 });
+    assert.match(await page.textContent("#status"), /30 layers · CPU/);
+    assert.match(await page.textContent("#n-backend"), /CPU: WebGPU gave no adapter/);
+    await page.fill("#input", "What is the capital of France?");
+    await page.click("#send");
+    await page.waitForSelector(".msg.assistant .meta", { timeout: 120_000 });
+    assert.match(await lastReply(page), /Paris/);
     await page.screenshot({ path: path.join(ARTIFACTS, "playground-no-webgpu.png") });
+    assert.deepEqual(errors.filter((e) => !/No available adapters/.test(e)), []);
   } finally {
     await ctx.close();
   }

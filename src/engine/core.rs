@@ -10,9 +10,14 @@
 //! released (the caller dropped it) or failed; a failed reply reports its error again
 //! if asked, never a quiet end.
 
+use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::tools::{self, Prepared};
-use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
+use super::{
+    Backend, Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, LateMask,
+    Logits, Usage, Want,
+};
+use crate::adapters::Adapter;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
 use crate::gpu::Gpu;
@@ -60,7 +65,134 @@ pub struct ResidentAdapter {
 struct Running {
     id: u64,
     generation: Generation,
-    adapter: Option<Rc<GpuAdapter>>,
+    adapter: Option<Rc<Resident>>,
+}
+
+/// An adapter as the backend holds it: uploaded to the GPU, or f32 for the CPU.
+enum Resident {
+    Gpu(GpuAdapter),
+    Cpu { id: u64, adapter: Adapter },
+}
+
+impl Resident {
+    fn id(&self) -> u64 {
+        match self {
+            Resident::Gpu(a) => a.id,
+            Resident::Cpu { id, .. } => *id,
+        }
+    }
+    fn bytes(&self) -> u64 {
+        match self {
+            Resident::Gpu(a) => a.bytes,
+            Resident::Cpu { adapter, .. } => adapter.bytes(),
+        }
+    }
+    fn rank(&self) -> usize {
+        match self {
+            Resident::Gpu(a) => a.rank,
+            Resident::Cpu { adapter, .. } => adapter.rank,
+        }
+    }
+    fn gpu(&self) -> Option<&GpuAdapter> {
+        match self {
+            Resident::Gpu(a) => Some(a),
+            Resident::Cpu { .. } => None,
+        }
+    }
+}
+
+/// Which backend runs the model, and why (`Engine::backend_kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Webgpu,
+    Cpu,
+}
+
+/// The model and its conversation state on one backend.
+enum Body {
+    Gpu {
+        model: Box<GpuModel>,
+        session: Box<GpuSession>,
+    },
+    Cpu {
+        model: Box<CpuModel>,
+        state: CpuState,
+    },
+}
+
+/// The backend of one call: the GPU session or the CPU model, with an adapter.
+pub enum AnyBackend<'a> {
+    Gpu(GpuBackend<'a>),
+    Cpu(CpuBackend<'a>),
+}
+
+impl Backend for AnyBackend<'_> {
+    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        match self {
+            AnyBackend::Gpu(b) => b.forward(tokens, want).await,
+            AnyBackend::Cpu(b) => b.forward(tokens, want).await,
+        }
+    }
+    fn tokens(&self) -> &[u32] {
+        match self {
+            AnyBackend::Gpu(b) => b.tokens(),
+            AnyBackend::Cpu(b) => b.tokens(),
+        }
+    }
+    fn truncate(&mut self, len: usize) {
+        match self {
+            AnyBackend::Gpu(b) => b.truncate(len),
+            AnyBackend::Cpu(b) => b.truncate(len),
+        }
+    }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        match self {
+            AnyBackend::Gpu(b) => b.log_probs(tokens).await,
+            AnyBackend::Cpu(b) => b.log_probs(tokens).await,
+        }
+    }
+    fn context_length(&self) -> usize {
+        match self {
+            AnyBackend::Gpu(b) => b.context_length(),
+            AnyBackend::Cpu(b) => b.context_length(),
+        }
+    }
+    fn chains(&self) -> bool {
+        match self {
+            AnyBackend::Gpu(b) => b.chains(),
+            AnyBackend::Cpu(b) => b.chains(),
+        }
+    }
+    fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
+        match self {
+            AnyBackend::Gpu(b) => b.submit(tokens, want),
+            AnyBackend::Cpu(b) => b.submit(tokens, want),
+        }
+    }
+    async fn chosen(&mut self) -> Result<u32> {
+        match self {
+            AnyBackend::Gpu(b) => b.chosen().await,
+            AnyBackend::Cpu(b) => b.chosen().await,
+        }
+    }
+    fn cancel(&mut self) {
+        match self {
+            AnyBackend::Gpu(b) => b.cancel(),
+            AnyBackend::Cpu(b) => b.cancel(),
+        }
+    }
+    async fn forward_masked(
+        &mut self,
+        tokens: &[u32],
+        want: Want<'_>,
+        mask: LateMask<'_>,
+    ) -> Result<Logits> {
+        match self {
+            AnyBackend::Gpu(b) => b.forward_masked(tokens, want, mask).await,
+            AnyBackend::Cpu(b) => b.forward_masked(tokens, want, mask).await,
+        }
+    }
 }
 
 /// Bytes of the GPU buffers an engine holds, by what they hold (the quantized weights
@@ -81,10 +213,11 @@ enum Ended {
 }
 
 pub struct Engine {
-    model: GpuModel,
+    body: Body,
     tokenizer: Tokenizer,
-    session: GpuSession,
-    adapters: BTreeMap<String, Rc<GpuAdapter>>,
+    /// Why this backend runs the model (shown by `info().backend`).
+    reason: String,
+    adapters: BTreeMap<String, Rc<Resident>>,
     active: Option<String>,
     running: Option<Running>,
     ended: Option<(u64, Ended)>,
@@ -113,42 +246,81 @@ impl Engine {
         Self::new(model, tokenizer, session)
     }
 
+    /// Loads a model for the CPU backend (weights in their quantized form), `reason`
+    /// saying why it runs there.
+    pub async fn load_cpu<S: ByteSource>(
+        src: &mut S,
+        session: SessionOptions,
+        progress: crate::gguf::Progress<'_>,
+        reason: &str,
+    ) -> Result<Engine> {
+        let mut tokenizer = None;
+        let mut check = |g: &Gguf| {
+            tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
+            Ok(())
+        };
+        let (model, _) = super::cpu::load(src, session.max_context, progress, &mut check).await?;
+        let tokenizer =
+            tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
+        let body = Body::Cpu {
+            model: Box::new(model),
+            state: CpuState::default(),
+        };
+        Ok(Self::with_body(body, tokenizer, reason))
+    }
+
     /// Opens a GGUF file (natively).
     pub async fn load_file(
         gpu: Gpu,
         path: &std::path::Path,
         session: SessionOptions,
     ) -> Result<Engine> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", path.display())))?;
-        let len = file.metadata()?.len();
-        let mut src = crate::gguf::ReadSource {
-            reader: std::io::BufReader::with_capacity(1 << 20, file),
-            len: Some(len),
-        };
+        let mut src = Self::open(path)?;
         let mut e = Self::load(gpu, &mut src, session, &mut |_, _| {}).await?;
         e.warm()?;
         Ok(e)
+    }
+
+    /// Opens a GGUF file for the CPU backend (natively).
+    pub async fn load_file_cpu(path: &std::path::Path, session: SessionOptions) -> Result<Engine> {
+        let mut src = Self::open(path)?;
+        Self::load_cpu(&mut src, session, &mut |_, _| {}, "asked for").await
+    }
+
+    fn open(path: &std::path::Path) -> Result<crate::gguf::ReadSource<impl std::io::Read>> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", path.display())))?;
+        let len = file.metadata()?.len();
+        Ok(crate::gguf::ReadSource {
+            reader: std::io::BufReader::with_capacity(1 << 20, file),
+            len: Some(len),
+        })
     }
 
     /// Compiles every pipeline a conversation uses and records the decode step, so
     /// the first reply does not (the browser shows this as the "compile" phase).
     pub fn warm(&mut self) -> Result<()> {
         self.idle()?;
-        self.session.warm(&self.model)
+        match &mut self.body {
+            Body::Gpu { model, session } => session.warm(model),
+            Body::Cpu { .. } => Ok(()),
+        }
     }
 
     /// Dispatches of a decode step with the active adapter, and how many of them are
     /// outside the layers.
     pub fn decode_dispatches(&mut self) -> Result<(usize, usize)> {
         self.idle()?;
-        let adapter = self
-            .active
+        let adapter = self.active_adapter();
+        let (model, session) = self.gpu_parts()?;
+        session.decode_dispatch_counts(model, adapter.as_ref().and_then(|a| a.gpu()))
+    }
+
+    fn active_adapter(&self) -> Option<Rc<Resident>> {
+        self.active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
-            .cloned();
-        self.session
-            .decode_dispatch_counts(&self.model, adapter.as_deref())
+            .cloned()
     }
 
     /// Dispatches per token of the running (or last) reply's decode steps.
@@ -157,58 +329,116 @@ impl Engine {
             .running
             .as_ref()
             .and_then(|r| r.adapter.as_ref())
-            .map_or(0, |a| a.id);
-        self.session.recorded_dispatches(id)
+            .map_or(0, |a| a.id());
+        match &self.body {
+            Body::Gpu { session, .. } => session.recorded_dispatches(id),
+            Body::Cpu { .. } => None,
+        }
     }
 
     pub fn new(model: GpuModel, tokenizer: Tokenizer, session: SessionOptions) -> Result<Engine> {
         let session = GpuSession::new(&model, session)?;
-        Ok(Engine {
-            model,
+        let body = Body::Gpu {
+            model: Box::new(model),
+            session: Box::new(session),
+        };
+        Ok(Self::with_body(body, tokenizer, "asked for"))
+    }
+
+    fn with_body(body: Body, tokenizer: Tokenizer, reason: &str) -> Engine {
+        Engine {
+            body,
             tokenizer,
-            session,
+            reason: reason.to_string(),
             adapters: BTreeMap::new(),
             active: None,
             running: None,
             ended: None,
             next_id: 1,
             grammars: GrammarCache::default(),
-        })
+        }
+    }
+
+    /// Says why this backend was chosen (shown with `backend_kind`).
+    pub fn set_reason(&mut self, reason: &str) {
+        self.reason = reason.to_string();
+    }
+
+    /// The backend that runs the model, and why it was chosen.
+    pub fn backend_kind(&self) -> (BackendKind, &str) {
+        let kind = match self.body {
+            Body::Gpu { .. } => BackendKind::Webgpu,
+            Body::Cpu { .. } => BackendKind::Cpu,
+        };
+        (kind, &self.reason)
     }
 
     pub fn config(&self) -> &Config {
-        &self.model.config
+        match &self.body {
+            Body::Gpu { model, .. } => &model.config,
+            Body::Cpu { model, .. } => &model.config,
+        }
     }
 
-    pub fn model(&self) -> &GpuModel {
-        &self.model
+    /// The GPU model (none on the CPU backend).
+    pub fn gpu_model(&self) -> Option<&GpuModel> {
+        match &self.body {
+            Body::Gpu { model, .. } => Some(model),
+            Body::Cpu { .. } => None,
+        }
+    }
+
+    /// The GPU model, or the error of asking the CPU backend for one.
+    pub fn model(&self) -> Result<&GpuModel> {
+        self.gpu_model().ok_or_else(not_gpu)
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
 
-    /// The model and its session, for the bench and tests (refused while a reply
-    /// runs).
-    pub fn parts(&mut self) -> Result<(&GpuModel, &mut GpuSession)> {
-        self.idle()?;
-        Ok((&self.model, &mut self.session))
+    fn gpu_parts(&mut self) -> Result<(&GpuModel, &mut GpuSession)> {
+        match &mut self.body {
+            Body::Gpu { model, session } => Ok((model, session)),
+            Body::Cpu { .. } => Err(not_gpu()),
+        }
     }
 
-    /// The session as a generate-loop backend with the active adapter (perplexity,
+    /// The model and its session, for the bench and tests (refused while a reply
+    /// runs, and on the CPU backend).
+    pub fn parts(&mut self) -> Result<(&GpuModel, &mut GpuSession)> {
+        self.idle()?;
+        self.gpu_parts()
+    }
+
+    /// The model as a generate-loop backend with the active adapter (perplexity,
     /// benchmarks), refused while a reply runs.
-    pub fn backend(&mut self) -> Result<GpuBackend<'_>> {
+    pub fn backend(&mut self) -> Result<AnyBackend<'_>> {
         self.idle()?;
         let adapter = self
             .active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
             .map(|a| a.as_ref());
-        Ok(GpuBackend::with_adapter(
-            &self.model,
-            &mut self.session,
-            adapter,
-        ))
+        Ok(Self::backend_of(&mut self.body, adapter))
+    }
+
+    fn backend_of<'a>(body: &'a mut Body, adapter: Option<&'a Resident>) -> AnyBackend<'a> {
+        match body {
+            Body::Gpu { model, session } => AnyBackend::Gpu(GpuBackend::with_adapter(
+                model,
+                session,
+                adapter.and_then(Resident::gpu),
+            )),
+            Body::Cpu { model, state } => AnyBackend::Cpu(CpuBackend {
+                model,
+                state,
+                adapter: adapter.and_then(|a| match a {
+                    Resident::Cpu { id, adapter } => Some((*id, adapter)),
+                    Resident::Gpu(_) => None,
+                }),
+            }),
+        }
     }
 
     /// Loads a PEFT adapter folder (`adapter_config.json`, `adapter_model.safetensors`)
@@ -254,7 +484,7 @@ impl Engine {
         }
     }
 
-    fn adapter(&self, choice: &AdapterChoice) -> Result<Option<Rc<GpuAdapter>>> {
+    fn adapter(&self, choice: &AdapterChoice) -> Result<Option<Rc<Resident>>> {
         let name = match choice {
             AdapterChoice::Active => self.active.as_deref(),
             AdapterChoice::None => None,
@@ -282,8 +512,7 @@ impl Engine {
         self.idle()?;
         let p = self.prepare(prompt, opts)?;
         let adapter = self.adapter(adapter)?;
-        let mut backend =
-            GpuBackend::with_adapter(&self.model, &mut self.session, adapter.as_deref());
+        let mut backend = Self::backend_of(&mut self.body, adapter.as_deref());
         let mut generation = Generation::start_cached(
             &mut backend,
             &self.tokenizer,
@@ -312,8 +541,7 @@ impl Engine {
         let Some(r) = self.running.as_mut().filter(|r| r.id == id) else {
             return self.ended_as(id);
         };
-        let mut backend =
-            GpuBackend::with_adapter(&self.model, &mut self.session, r.adapter.as_deref());
+        let mut backend = Self::backend_of(&mut self.body, r.adapter.as_deref());
         match r.generation.next(&mut backend, &self.tokenizer).await {
             Ok(e @ Event::Done { .. }) => {
                 self.end(id, Ended::Done(e.clone()));
@@ -372,9 +600,15 @@ impl Engine {
     /// Uploads a PEFT LoRA adapter under `name` (replacing one of that name).
     pub fn load_adapter(&mut self, name: &str, config: &[u8], weights: &[u8]) -> Result<()> {
         self.idle()?;
-        let adapter = crate::adapters::parse(config, weights, &self.model.config)?;
-        let gpu = GpuAdapter::upload(&self.model.gpu, &adapter)?;
-        self.adapters.insert(name.to_string(), Rc::new(gpu));
+        let adapter = crate::adapters::parse(config, weights, self.config())?;
+        let resident = match &self.body {
+            Body::Gpu { model, .. } => Resident::Gpu(GpuAdapter::upload(&model.gpu, &adapter)?),
+            Body::Cpu { .. } => Resident::Cpu {
+                id: super::gpu_adapter::next_id(),
+                adapter,
+            },
+        };
+        self.adapters.insert(name.to_string(), Rc::new(resident));
         Ok(())
     }
 
@@ -402,8 +636,8 @@ impl Engine {
             .iter()
             .map(|(name, a)| ResidentAdapter {
                 name: name.clone(),
-                bytes: a.bytes,
-                rank: a.rank,
+                bytes: a.bytes(),
+                rank: a.rank(),
                 active: self.active.as_deref() == Some(name),
             })
             .collect()
@@ -412,30 +646,65 @@ impl Engine {
     /// Forgets the conversation (the KV cache stays allocated).
     pub fn reset(&mut self) -> Result<()> {
         self.idle()?;
-        self.session.clear();
+        match &mut self.body {
+            Body::Gpu { session, .. } => session.clear(),
+            Body::Cpu { state, .. } => state.clear(),
+        }
         Ok(())
     }
 
-    /// GPU memory Pippin holds for this model, by kind.
+    /// GPU memory Pippin holds for this model, by kind (all zero on the CPU backend).
     pub fn gpu_bytes(&self) -> GpuBytes {
-        GpuBytes {
-            weights: self.model.weight_bytes,
-            kv_cache: self.session.kv_bytes(),
-            scratch: self.session.scratch_bytes(),
-            adapters: self.adapters.values().map(|a| a.bytes).sum(),
+        match &self.body {
+            Body::Gpu { model, session } => GpuBytes {
+                weights: model.weight_bytes,
+                kv_cache: session.kv_bytes(),
+                scratch: session.scratch_bytes(),
+                adapters: self.adapters.values().map(|a| a.bytes()).sum(),
+            },
+            Body::Cpu { .. } => GpuBytes::default(),
         }
     }
 
+    /// Bytes of the model's weights (on the GPU, or in memory on the CPU backend).
     pub fn weight_bytes(&self) -> u64 {
-        self.model.weight_bytes
+        match &self.body {
+            Body::Gpu { model, .. } => model.weight_bytes,
+            Body::Cpu { model, .. } => cpu_weight_bytes(model),
+        }
     }
 
     pub fn kv_cache_bytes(&self) -> u64 {
-        self.session.kv_bytes()
+        match &self.body {
+            Body::Gpu { session, .. } => session.kv_bytes(),
+            Body::Cpu { state, .. } => state.kv_bytes(),
+        }
     }
 
     /// Tokens the KV cache holds.
     pub fn context_tokens(&self) -> usize {
-        self.session.len()
+        match &self.body {
+            Body::Gpu { session, .. } => session.len(),
+            Body::Cpu { state, .. } => state.len(),
+        }
     }
+}
+
+fn not_gpu() -> Error {
+    Error::unsupported("this model runs on the CPU backend, not on a GPU")
+}
+
+fn cpu_weight_bytes(m: &CpuModel) -> u64 {
+    let w = &m.weights;
+    let layers: u64 = w
+        .layers
+        .iter()
+        .map(|l| {
+            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                .iter()
+                .map(|m| m.bytes())
+                .sum::<u64>()
+        })
+        .sum();
+    layers + w.token_embd.bytes() + w.output.as_ref().map_or(0, |o| o.bytes())
 }

@@ -27,6 +27,11 @@ pub struct GpuAdapter {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A new adapter id (never 0: "no adapter"), unique per process across backends.
+pub fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 fn pad(rows: usize, cols: usize, data: &[f32], new_rows: usize, new_cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; new_rows * new_cols];
     for r in 0..rows {
@@ -102,7 +107,7 @@ impl GpuAdapter {
             .map(|l| l.a.bytes() + l.b.bytes())
             .sum();
         Ok(GpuAdapter {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_id(),
             rank: adapter.rank,
             layers,
             bytes,

@@ -1,8 +1,9 @@
 //! The generate loop, shared by every backend: prefill the prompt, then sample, stream
 //! and stop (stop tokens, stop strings, max tokens, context length, abort).
 
+pub mod choice;
 mod core;
-mod cpu;
+pub mod cpu;
 mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
@@ -11,8 +12,10 @@ mod stop;
 pub mod tools;
 
 pub use crate::gguf::{ByteSource, Progress, ReadSource};
-pub use core::{busy, AdapterChoice, Engine, GpuBytes, Prompt, ResidentAdapter};
-pub use cpu::CpuSession;
+pub use core::{
+    busy, AdapterChoice, AnyBackend, BackendKind, Engine, GpuBytes, Prompt, ResidentAdapter,
+};
+pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};

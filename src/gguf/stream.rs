@@ -96,6 +96,9 @@ impl<'s, S: ByteSource> Window<'s, S> {
                 MAX_TENSOR_BYTES >> 20
             )));
         }
+        // Room for the whole tensor up front: growing by doubling would hold up to
+        // twice its size, and keep that capacity for the rest of the load.
+        self.buf.reserve(n as usize);
         loop {
             let drop = (start - self.base).min(self.buf.len() as u64) as usize;
             self.buf.drain(..drop);
@@ -110,7 +113,10 @@ impl<'s, S: ByteSource> Window<'s, S> {
             }
         }
         self.base += n;
-        Ok(self.buf.drain(..n as usize).collect())
+        // The tensor keeps the buffer's allocation (no copy); the few bytes after it
+        // start the next buffer.
+        let rest = self.buf.split_off(n as usize);
+        Ok(std::mem::replace(&mut self.buf, rest))
     }
 }
 

@@ -1,11 +1,13 @@
 //! The model: its configuration, the tensors it needs, and the CPU reference forward.
 
 mod config;
+pub mod linear;
 mod proj;
 pub mod reference;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};
+pub use linear::Linear;
 pub use proj::{PerProj, Proj};
 pub use reference::{KvCache, Reference};
 pub use weights::Weights;

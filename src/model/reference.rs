@@ -2,7 +2,10 @@
 //! kernel and for the engine. Clear over clever; matmuls run on all cores.
 
 use super::config::{Activation, Config, RopeStyle};
+use super::linear::Linear;
 use super::weights::{Layer, Weights};
+use super::Proj;
+use crate::adapters::Adapter;
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -48,13 +51,15 @@ pub enum Site {
 /// Sees each site's input: `(layer, site, [tokens][width])`.
 pub type Observer<'a> = &'a mut dyn FnMut(usize, Site, &[f32]);
 
-pub struct Reference {
+/// The forward pass over weights whose matrices are `M`: f32 (`Vec<f32>`, the
+/// reference) or the CPU backend's quantized ones.
+pub struct Reference<M = Vec<f32>> {
     pub config: Config,
-    pub weights: Weights,
+    pub weights: Weights<M>,
 }
 
-impl Reference {
-    pub fn new(config: Config, weights: Weights) -> Self {
+impl<M: Linear> Reference<M> {
+    pub fn new(config: Config, weights: Weights<M>) -> Self {
         Reference { config, weights }
     }
 
@@ -66,7 +71,18 @@ impl Reference {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
-        let x = self.hidden(cache, tokens)?;
+        self.forward_adapted(cache, tokens, all_logits, None)
+    }
+
+    /// As `forward`, with a LoRA adapter applied beside each matmul it updates.
+    pub fn forward_adapted(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        all_logits: bool,
+        adapter: Option<&Adapter>,
+    ) -> Result<Vec<f32>> {
+        let x = self.hidden(cache, tokens, adapter)?;
         Ok(self.logits(&x, all_logits))
     }
 
@@ -85,7 +101,7 @@ impl Reference {
                 tokens.len()
             )));
         }
-        let x = self.hidden(cache, tokens)?;
+        let x = self.hidden(cache, tokens, None)?;
         Ok(at
             .iter()
             .map(|&i| self.logits(&x[i * h..(i + 1) * h], false))
@@ -94,7 +110,12 @@ impl Reference {
 
     /// The final hidden states of `tokens` (before the output norm), appended to the
     /// cache.
-    fn hidden(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn hidden(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        adapter: Option<&Adapter>,
+    ) -> Result<Vec<f32>> {
         let c = &self.config;
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
@@ -108,7 +129,10 @@ impl Reference {
             )));
         }
         let mut x = self.embed(tokens)?;
-        self.layers(0..c.n_layers, &mut x, cache, &mut |_, _, _| {});
+        let mut ignore = |_: usize, _: Site, _: &[f32]| {};
+        for l in 0..c.n_layers {
+            self.layer(l, &mut x, cache, &mut ignore, adapter);
+        }
         cache.len += tokens.len();
         Ok(x)
     }
@@ -116,7 +140,18 @@ impl Reference {
     /// The layers' input for `tokens`: embedding rows, scaled as the model says.
     pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         let c = &self.config;
-        let mut x = embed(&self.weights.token_embd, c.hidden, c.vocab_size, tokens)?;
+        let mut x = Vec::with_capacity(tokens.len() * c.hidden);
+        for &t in tokens {
+            if t as usize >= c.vocab_size {
+                return Err(Error::invalid(format!(
+                    "token id {t} is outside the vocabulary of {}",
+                    c.vocab_size
+                )));
+            }
+            self.weights
+                .token_embd
+                .append_row(t as usize, c.hidden, &mut x);
+        }
         if c.embed_scale != 1.0 {
             x.iter_mut().for_each(|v| *v *= c.embed_scale);
         }
@@ -134,10 +169,22 @@ impl Reference {
         observe: Observer,
     ) {
         for l in layers {
-            let layer = &self.weights.layers[l];
-            self.attention_block(layer, x, cache, l, observe);
-            self.ffn_block(layer, x, l, observe);
+            self.layer(l, x, cache, observe, None);
         }
+    }
+
+    fn layer(
+        &self,
+        l: usize,
+        x: &mut [f32],
+        cache: &mut KvCache,
+        observe: Observer,
+        adapter: Option<&Adapter>,
+    ) {
+        let layer = &self.weights.layers[l];
+        let at = Matmuls { l, adapter };
+        self.attention_block(layer, x, cache, at, observe);
+        self.ffn_block(layer, x, at, observe);
     }
 
     /// The output head over the final hidden states: every position's logits, or the
@@ -146,23 +193,24 @@ impl Reference {
         let c = &self.config;
         let last = if all { x } else { &x[x.len() - c.hidden..] };
         let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
-        matmul(&h, self.weights.head(), c.hidden)
+        self.weights.head_matrix().apply(&h, c.hidden)
     }
 
     fn attention_block(
         &self,
-        w: &Layer,
+        w: &Layer<M>,
         x: &mut [f32],
         cache: &mut KvCache,
-        l: usize,
+        at: Matmuls,
         observe: Observer,
     ) {
         let c = &self.config;
+        let l = at.l;
         let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
         observe(l, Site::Attention, &h);
-        let mut q = matmul(&h, &w.wq, c.hidden);
-        let mut k = matmul(&h, &w.wk, c.hidden);
-        let v = matmul(&h, &w.wv, c.hidden);
+        let mut q = at.apply(Proj::Q, &w.wq, &h, c.hidden);
+        let mut k = at.apply(Proj::K, &w.wk, &h, c.hidden);
+        let v = at.apply(Proj::V, &w.wv, &h, c.hidden);
         if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
             q = rmsnorm(&q, qn, c.rms_eps);
             k = rmsnorm(&k, kn, c.rms_eps);
@@ -196,26 +244,46 @@ impl Reference {
         let kv_len = cache.k[l].len() / c.kv_dim();
         let o = attention(&q, &cache.k[l], &cache.v[l], kv_len, shape);
         observe(l, Site::AttentionOutput, &o);
-        let mut out = matmul(&o, &w.wo, c.q_dim());
+        let mut out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
         if let Some(pn) = &w.post_attn_norm {
             out = rmsnorm(&out, pn, c.rms_eps);
         }
         add_in_place(x, &out);
     }
 
-    fn ffn_block(&self, w: &Layer, x: &mut [f32], l: usize, observe: Observer) {
+    fn ffn_block(&self, w: &Layer<M>, x: &mut [f32], at: Matmuls, observe: Observer) {
         let c = &self.config;
         let h = rmsnorm(x, &w.ffn_norm, c.rms_eps);
-        observe(l, Site::Ffn, &h);
-        let gate = matmul(&h, &w.w_gate, c.hidden);
-        let up = matmul(&h, &w.w_up, c.hidden);
+        observe(at.l, Site::Ffn, &h);
+        let gate = at.apply(Proj::Gate, &w.w_gate, &h, c.hidden);
+        let up = at.apply(Proj::Up, &w.w_up, &h, c.hidden);
         let mid = glu(c.activation, &gate, &up);
-        observe(l, Site::FfnDown, &mid);
-        let mut out = matmul(&mid, &w.w_down, c.ffn_dim);
+        observe(at.l, Site::FfnDown, &mid);
+        let mut out = at.apply(Proj::Down, &w.w_down, &mid, c.ffn_dim);
         if let Some(pn) = &w.post_ffn_norm {
             out = rmsnorm(&out, pn, c.rms_eps);
         }
         add_in_place(x, &out);
+    }
+}
+
+/// A layer's matmuls, each with the adapter's update of that projection (if any).
+#[derive(Clone, Copy)]
+struct Matmuls<'a> {
+    l: usize,
+    adapter: Option<&'a Adapter>,
+}
+
+impl Matmuls<'_> {
+    /// `x·Wᵀ`, plus `(x·Aᵀ)·Bᵀ` when the adapter updates `p` (B is already scaled).
+    fn apply(&self, p: Proj, w: &impl Linear, x: &[f32], cols: usize) -> Vec<f32> {
+        let mut y = w.apply(x, cols);
+        let lora = self.adapter.and_then(|a| a.layers.get(self.l)?[p].as_ref());
+        if let Some(lora) = lora {
+            let t = matmul(x, &lora.a, lora.cols);
+            add_in_place(&mut y, &matmul(&t, &lora.b, lora.rank));
+        }
+        y
     }
 }
 

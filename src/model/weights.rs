@@ -195,16 +195,18 @@ pub fn find<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<&'a crate::gguf::TensorIn
     Ok(t)
 }
 
-pub struct Layer {
+/// One layer's weights: matrices of type `M` (f32 in the reference, quantized in the
+/// CPU backend), norms in f32.
+pub struct Layer<M = Vec<f32>> {
     pub attn_norm: Vec<f32>,
-    pub wq: Vec<f32>,
-    pub wk: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub wo: Vec<f32>,
+    pub wq: M,
+    pub wk: M,
+    pub wv: M,
+    pub wo: M,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Vec<f32>,
-    pub w_up: Vec<f32>,
-    pub w_down: Vec<f32>,
+    pub w_gate: M,
+    pub w_up: M,
+    pub w_down: M,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     /// Gemma's norms of the attention and MLP outputs, before each residual add.
@@ -212,14 +214,21 @@ pub struct Layer {
     pub post_ffn_norm: Option<Vec<f32>>,
 }
 
-/// All weights dequantized to f32, row-major `[rows][cols]`.
-pub struct Weights {
-    pub token_embd: Vec<f32>,
+/// All weights, row-major `[rows][cols]`: matrices of type `M` (f32 in the reference),
+/// vectors in f32.
+pub struct Weights<M = Vec<f32>> {
+    pub token_embd: M,
     pub output_norm: Vec<f32>,
     /// `None` when the output head is the embedding (tied).
-    pub output: Option<Vec<f32>>,
+    pub output: Option<M>,
     pub rope_freqs: Option<Vec<f32>>,
-    pub layers: Vec<Layer>,
+    pub layers: Vec<Layer<M>>,
+}
+
+/// A tensor as a loader gives it: matrices in the backend's form, vectors in f32.
+pub enum Tensor<M> {
+    Vector(Vec<f32>),
+    Matrix(M),
 }
 
 impl Weights {
@@ -232,58 +241,67 @@ impl Weights {
         c: &Config,
         mut read: impl FnMut(&TensorSpec) -> Result<Vec<f32>>,
     ) -> Result<Weights> {
+        Self::assemble(c, |s| {
+            let v = read(s)?;
+            Ok(if s.matrix {
+                Tensor::Matrix(v)
+            } else {
+                Tensor::Vector(v)
+            })
+        })
+    }
+
+    /// The output head: `output.weight`, or the embedding when tied.
+    pub fn head(&self) -> &[f32] {
+        self.output.as_deref().unwrap_or(&self.token_embd)
+    }
+}
+
+impl<M> Weights<M> {
+    /// Assembles the weights from `read`, which gives each spec's tensor: a matrix
+    /// where the spec says so, else a vector.
+    pub fn assemble(
+        c: &Config,
+        mut read: impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
+    ) -> Result<Weights<M>> {
         // global_specs order: embedding, final norm, [output], [rope_freqs].
-        let globals = global_specs(c)
-            .iter()
-            .map(&mut read)
-            .collect::<Result<Vec<_>>>()?;
-        let mut globals = globals.into_iter();
-        let token_embd = globals.next().unwrap_or_default();
-        let output_norm = globals.next().unwrap_or_default();
-        let output = if c.tied_embeddings {
-            None
-        } else {
-            globals.next()
-        };
-        let rope_freqs = if c.rope_freq_factors {
-            globals.next()
-        } else {
-            None
-        };
+        let mut g = Taker::new(global_specs(c), &mut read)?;
+        let token_embd = g.matrix()?;
+        let output_norm = g.vector()?;
+        let output = (!c.tied_embeddings).then(|| g.matrix()).transpose()?;
+        let rope_freqs = c.rope_freq_factors.then(|| g.vector()).transpose()?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
-            let t = layer_specs(c, i)
-                .iter()
-                .map(&mut read)
-                .collect::<Result<Vec<_>>>()?;
             // layer_specs order: the nine tensors of Layer, then the optional QK norms,
             // then the optional post norms.
-            let mut t = t.into_iter();
-            let mut n = || t.next().unwrap_or_default();
-            let mut layer = Layer {
-                attn_norm: n(),
-                wq: n(),
-                wk: n(),
-                wv: n(),
-                wo: n(),
-                ffn_norm: n(),
-                w_gate: n(),
-                w_up: n(),
-                w_down: n(),
-                q_norm: None,
-                k_norm: None,
-                post_attn_norm: None,
-                post_ffn_norm: None,
-            };
-            if c.qk_norm {
-                layer.q_norm = Some(n());
-                layer.k_norm = Some(n());
-            }
-            if c.post_norms {
-                layer.post_attn_norm = Some(n());
-                layer.post_ffn_norm = Some(n());
-            }
-            layers.push(layer);
+            let mut t = Taker::new(layer_specs(c, i), &mut read)?;
+            let attn_norm = t.vector()?;
+            let (wq, wk, wv, wo) = (t.matrix()?, t.matrix()?, t.matrix()?, t.matrix()?);
+            let ffn_norm = t.vector()?;
+            let (w_gate, w_up, w_down) = (t.matrix()?, t.matrix()?, t.matrix()?);
+            let qk = c
+                .qk_norm
+                .then(|| Ok::<_, Error>((t.vector()?, t.vector()?)));
+            let (q_norm, k_norm) = qk.transpose()?.unzip();
+            let post = c
+                .post_norms
+                .then(|| Ok::<_, Error>((t.vector()?, t.vector()?)));
+            let (post_attn_norm, post_ffn_norm) = post.transpose()?.unzip();
+            layers.push(Layer {
+                attn_norm,
+                wq,
+                wk,
+                wv,
+                wo,
+                ffn_norm,
+                w_gate,
+                w_up,
+                w_down,
+                q_norm,
+                k_norm,
+                post_attn_norm,
+                post_ffn_norm,
+            });
         }
         Ok(Weights {
             token_embd,
@@ -294,8 +312,48 @@ impl Weights {
         })
     }
 
-    /// The output head: `output.weight`, or the embedding when tied.
-    pub fn head(&self) -> &[f32] {
-        self.output.as_deref().unwrap_or(&self.token_embd)
+    /// The output head (`output.weight`, or the embedding when tied).
+    pub fn head_matrix(&self) -> &M {
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+}
+
+/// Tensors read in the order of their specs, each checked to be what its spec says.
+struct Taker<M> {
+    tensors: std::vec::IntoIter<(Tensor<M>, TensorSpec)>,
+}
+
+impl<M> Taker<M> {
+    fn new(
+        specs: Vec<TensorSpec>,
+        read: &mut impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
+    ) -> Result<Self> {
+        let tensors = specs
+            .into_iter()
+            .map(|s| Ok((read(&s)?, s)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Taker {
+            tensors: tensors.into_iter(),
+        })
+    }
+
+    fn next(&mut self) -> Result<(Tensor<M>, TensorSpec)> {
+        self.tensors
+            .next()
+            .ok_or_else(|| Error::gguf("the model's tensor list is short"))
+    }
+
+    fn matrix(&mut self) -> Result<M> {
+        match self.next()? {
+            (Tensor::Matrix(m), _) => Ok(m),
+            (_, s) => Err(Error::gguf(format!("{} was read as a vector", s.name))),
+        }
+    }
+
+    fn vector(&mut self) -> Result<Vec<f32>> {
+        match self.next()? {
+            (Tensor::Vector(v), _) => Ok(v),
+            (_, s) => Err(Error::gguf(format!("{} was read as a matrix", s.name))),
+        }
     }
 }

@@ -4,8 +4,10 @@
 
 mod source;
 
+use crate::engine::choice::{choose, BackendRequest, WebGpuProbe};
 use crate::engine::{
-    busy, AdapterChoice, Engine as Core, Event, GenerateOptions, Prompt, SessionOptions, Usage,
+    busy, AdapterChoice, BackendKind, Engine as Core, Event, GenerateOptions, Prompt,
+    SessionOptions, Usage,
 };
 use crate::error::Error;
 use crate::gpu::{Caps, Gpu};
@@ -68,6 +70,10 @@ struct LoadOptions {
     max_context: Option<usize>,
     /// The page saw a CPU adapter (SwiftShader): wgpu cannot tell from inside.
     software_adapter: bool,
+    /// "auto" (default), "webgpu" or "cpu".
+    backend: BackendRequest,
+    /// What the page found of WebGPU (`engine::choice::WebGpuProbe`).
+    webgpu: WebGpuProbe,
 }
 
 /// `undefined`: the active adapter; `null`: none; a string: that one.
@@ -178,8 +184,6 @@ impl Engine {
         // stats().wasmHeapPeakBytes: the most this load (and what follows) held.
         crate::memory::reset_peak();
         let opts: LoadOptions = self::options(options)?;
-        let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
-        gpu.adapter.software |= opts.software_adapter;
         let mut src = JsStream::new(stream, total.map(|t| t as u64));
         let mut progress = |loaded: u64, total: u64| {
             if let Some(f) = &on_progress {
@@ -195,24 +199,26 @@ impl Engine {
             kv: opts.kv_cache.unwrap_or_default(),
             ..Default::default()
         };
-        let mut core = Core::load(gpu, &mut src, so, &mut progress)
-            .await
-            .map_err(js_err)?;
-        if let Some(f) = &on_phase {
-            let _ = f.call1(&JsValue::NULL, &"compile".into());
-        }
-        core.warm().map_err(js_err)?;
-        let g = &core.model().gpu;
-        let info = serde_json::to_value(Info {
-            config: core.config(),
-            gpu_adapter: &g.adapter.name,
-            backend: &g.adapter.backend,
-            shader_f16: g.caps.shader_f16,
-            subgroups: g.caps.subgroups,
-            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
-            max_buffer_size: g.limits.max_buffer_size,
-        })
-        .map_err(|e| js_error("Internal", &e.to_string()))?;
+        let (kind, reason) = choose(opts.backend, opts.webgpu);
+        let core = if kind == BackendKind::Cpu {
+            Core::load_cpu(&mut src, so, &mut progress, reason)
+                .await
+                .map_err(js_err)?
+        } else {
+            let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
+            gpu.adapter.software |= opts.software_adapter;
+            let mut core = Core::load(gpu, &mut src, so, &mut progress)
+                .await
+                .map_err(js_err)?;
+            core.set_reason(reason);
+            if let Some(f) = &on_phase {
+                let _ = f.call1(&JsValue::NULL, &"compile".into());
+            }
+            core.warm().map_err(js_err)?;
+            core
+        };
+        let info = serde_json::to_value(Info::of(&core)?)
+            .map_err(|e| js_error("Internal", &e.to_string()))?;
         let slot = Rc::new(Slot {
             core: RefCell::new(None),
             disposed: Cell::new(false),
@@ -462,10 +468,55 @@ impl AdapterInfo {
 #[serde(rename_all = "camelCase")]
 struct Info<'a> {
     config: &'a crate::model::Config,
+    /// "webgpu" or "cpu".
+    backend: BackendKind,
+    /// Why that backend runs the model.
+    backend_reason: &'a str,
     gpu_adapter: &'a str,
-    backend: &'a str,
+    /// wgpu's backend ("BrowserWebGpu" in the browser); empty on the CPU backend.
+    gpu_backend: String,
     shader_f16: bool,
     subgroups: bool,
     max_storage_buffer_binding_size: u64,
     max_buffer_size: u64,
+}
+
+impl<'a> Info<'a> {
+    fn of(core: &'a Core) -> JsResult<Info<'a>> {
+        match core.backend_kind().0 {
+            BackendKind::Cpu => Self::cpu(core),
+            BackendKind::Webgpu => Self::gpu(core),
+        }
+    }
+
+    fn cpu(core: &'a Core) -> JsResult<Info<'a>> {
+        let (backend, backend_reason) = core.backend_kind();
+        Ok(Info {
+            config: core.config(),
+            backend,
+            backend_reason,
+            gpu_adapter: "",
+            gpu_backend: String::new(),
+            shader_f16: false,
+            subgroups: false,
+            max_storage_buffer_binding_size: 0,
+            max_buffer_size: 0,
+        })
+    }
+
+    fn gpu(core: &'a Core) -> JsResult<Info<'a>> {
+        let g = &core.model().map_err(js_err)?.gpu;
+        let (backend, backend_reason) = core.backend_kind();
+        Ok(Info {
+            config: core.config(),
+            backend,
+            backend_reason,
+            gpu_adapter: &g.adapter.name,
+            gpu_backend: g.adapter.backend.clone(),
+            shader_f16: g.caps.shader_f16,
+            subgroups: g.caps.subgroups,
+            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
+            max_buffer_size: g.limits.max_buffer_size,
+        })
+    }
 }

@@ -170,7 +170,7 @@ pub struct Rates {
 /// engine's session (its context must hold prompt + steps + 1).
 pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<Rates> {
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
-    let gpu_created = e.model().gpu.created.clone();
+    let gpu_created = e.model()?.gpu.created.clone();
     let mut s = e.backend()?;
     s.truncate(0);
     // Warm-up: compiles every pipeline both paths use.
@@ -247,7 +247,7 @@ pub fn figures(
     e.parts()?.1.set_fused(true);
     let (recorded, unrecorded) = noop_step_us(path)?;
     Ok(Figures {
-        adapter: e.model().gpu.adapter.name.clone(),
+        adapter: e.model()?.gpu.adapter.name.clone(),
         model: path.display().to_string(),
         layers,
         dispatches_per_step: total,

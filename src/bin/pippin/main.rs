@@ -122,9 +122,12 @@ struct GenerateArgs {
     system: Option<String>,
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
-    /// Run the plain-Rust CPU reference model instead of the GPU.
+    /// Run on the CPU backend (quantized weights, SIMD) instead of the GPU.
     #[arg(long)]
     cpu: bool,
+    /// Run the plain-Rust f32 reference model (the tests' ground truth).
+    #[arg(long, conflicts_with = "cpu")]
+    reference: bool,
     /// KV cache format on the GPU: int8, int4, f16 or f32.
     #[arg(long, default_value = "int8", value_parser = parse_kv)]
     kv: KvFormat,
@@ -301,7 +304,12 @@ fn generate(a: GenerateArgs) -> Result<()> {
             .and_then(|_| out.flush())
             .is_ok()
     };
-    let (finish, u, tool_calls, engine) = if a.cpu {
+    let so = SessionOptions {
+        max_context: a.max_context,
+        kv: a.kv,
+        ..Default::default()
+    };
+    let (finish, u, tool_calls, engine) = if a.reference {
         let (_, mut model) = load_reference(&a.model)?;
         if let Some(dir) = &a.adapter {
             // The reference applies an adapter by merging it: W + s·B·A.
@@ -312,17 +320,21 @@ fn generate(a: GenerateArgs) -> Result<()> {
         let r = engine::generate_calls(&mut session, &tk, &prompt, &opts, calls, on_text);
         let (f, u, c) = pollster::block_on(r)?;
         (f, u, c, "CPU reference".to_string())
+    } else if a.cpu {
+        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so))?;
+        if let Some(dir) = &a.adapter {
+            e.load_adapter_dir("adapter", dir)?;
+        }
+        let mut b = e.backend()?;
+        let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
+        let (f, u, c) = pollster::block_on(r)?;
+        (f, u, c, "CPU backend".to_string())
     } else {
-        let so = SessionOptions {
-            max_context: a.max_context,
-            kv: a.kv,
-            ..Default::default()
-        };
         let mut e = load_engine(&a.model, a.adapter.as_deref(), so)?;
         let name = format!(
             "GPU {} ({})",
-            e.model().gpu.adapter.name,
-            e.model().gpu.adapter.backend
+            e.model()?.gpu.adapter.name,
+            e.model()?.gpu.adapter.backend
         );
         let mut b = e.backend()?;
         let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
@@ -376,7 +388,7 @@ fn run_bench(
         "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
         "gpu_bytes": engine.gpu_bytes(),
     });
-    let kernels = bench::kernels(engine.model(), reps, prompt.clamp(2, 64))?;
+    let kernels = bench::kernels(engine.model()?, reps, prompt.clamp(2, 64))?;
     let figures = bench::figures(&mut engine, path, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
     if json {
@@ -387,7 +399,7 @@ fn run_bench(
         println!("{v:#}");
         return Ok(());
     }
-    let a = &engine.model().gpu.adapter;
+    let a = &engine.model()?.gpu.adapter;
     println!(
         "adapter: {} ({}, {}; software: {}, subgroup size: {})",
         a.name, a.backend, a.driver, a.software, a.subgroup_size
@@ -395,7 +407,7 @@ fn run_bench(
     println!(
         "model: {} ({} MB of weights on the GPU)\n",
         path.display(),
-        engine.model().weight_bytes / 1_000_000
+        engine.model()?.weight_bytes / 1_000_000
     );
     println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
     println!("|---|---|---|---|---|---|---|---|---|");

@@ -165,7 +165,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             ..Default::default()
         };
         let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so)?;
-        let name = format!("GPU {}, KV {:?}", e.model().gpu.adapter.name, a.kv);
+        let name = format!("GPU {}, KV {:?}", e.model()?.gpu.adapter.name, a.kv);
         let mut b = e.backend()?;
         (
             pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,

@@ -1,0 +1,98 @@
+//! The CPU backend's wasm SIMD128 kernels (this crate is built with `+simd128`, as the
+//! package is) against their plain-loop versions and the dequantized weights, over
+//! awkward shapes.
+#![cfg(target_arch = "wasm32")]
+
+#[cfg(not(target_feature = "simd128"))]
+compile_error!("the package's CPU kernels are built for SIMD128 (.cargo/config.toml)");
+
+use pippin::engine::cpu::dot::{dot, dot_f32, dot_scalar, has_int_dot, Q16};
+use pippin::engine::QMatrix;
+use pippin::model::reference::matmul;
+use pippin::model::Linear;
+use pippin::quant::encode::random_blocks;
+use pippin::quant::{dequantize, GgmlType};
+use pippin::sampler::Rng;
+use pippin::testing::assert_close;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n)
+        .map(|i| (r.next_f32() * 2.0 - 1.0) * [0.0, 1e-3, 1.0, 40.0][i / 32 % 4])
+        .collect()
+}
+
+/// `Σ|w||x|`: what an error of the product is measured against.
+fn magnitude(w: &[f32], x: &[f32]) -> f32 {
+    w.iter().zip(x).map(|(a, b)| (a * b).abs()).sum()
+}
+
+#[wasm_bindgen_test]
+fn simd_integer_dots_equal_the_plain_loops() {
+    let formats = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Iq4Nl,
+    ];
+    for (i, ty) in formats.into_iter().enumerate() {
+        assert!(has_int_dot(ty));
+        for cols in [32, 96, 576] {
+            let bytes = random_blocks(ty, cols, 3 + i as u64);
+            let w = dequantize(ty, &bytes, cols).unwrap();
+            let x = values(cols, 11 + i as u64);
+            let q = Q16::quantize(&x);
+            let (simd, plain) = (
+                dot(ty, &bytes, q.row(0, cols)),
+                dot_scalar(ty, &bytes, q.row(0, cols)),
+            );
+            let m = magnitude(&w, &x);
+            // The same integers, summed in another order in f32.
+            assert!(
+                (simd - plain).abs() <= 1e-6 * m + 1e-6,
+                "{ty} {cols}: {simd} vs {plain}"
+            );
+            let exact: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+            assert!(
+                (simd - exact).abs() <= 1e-4 * m + 1e-6,
+                "{ty} {cols}: {simd} vs {exact}"
+            );
+        }
+    }
+    for n in [1, 7, 8, 33, 576] {
+        let (a, b) = (values(n, 1), values(n, 2));
+        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!(
+            (dot_f32(&a, &b) - plain).abs() <= 1e-5 * magnitude(&a, &b) + 1e-6,
+            "{n}"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+fn quantized_matrices_multiply_like_their_dequantized_weights() {
+    for (i, ty) in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::F16]
+        .into_iter()
+        .enumerate()
+    {
+        let (rows, cols, t) = (67, 256, 3);
+        let bytes = random_blocks(ty, rows * cols, 20 + i as u64);
+        let w = dequantize(ty, &bytes, rows * cols).unwrap();
+        let m = QMatrix::ggml(ty, rows, cols, bytes).unwrap();
+        let x = values(t * cols, 30 + i as u64);
+        let scale =
+            x.iter().map(|v| v.abs()).sum::<f32>() * w.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let what = format!("{ty} {rows}x{cols}, {t} tokens");
+        assert_close(
+            &what,
+            &m.apply(&x, cols),
+            &matmul(&x, &w, cols),
+            1e-4 * scale,
+        );
+    }
+}

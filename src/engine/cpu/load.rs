@@ -1,0 +1,126 @@
+//! Loads a model for the CPU backend from a byte stream: the file is read front to
+//! back once, each matrix kept as the bytes the file stores (its quantized size), each
+//! vector decoded to f32.
+
+use super::matrix::QMatrix;
+use crate::error::{Error, Result};
+use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, TensorInfo, Window};
+use crate::model::weights::{global_specs, layer_specs, locate, Stored, Tensor, TensorSpec};
+use crate::model::{Config, Reference, Weights};
+use crate::quant;
+use std::collections::HashMap;
+
+/// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
+enum Role {
+    Whole(TensorSpec),
+    Indices(TensorSpec, u32, usize),
+    Tables(TensorSpec),
+}
+
+fn roles(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
+    let all = global_specs(config)
+        .into_iter()
+        .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
+    let mut roles = HashMap::new();
+    for s in all {
+        match locate(gguf, &s)? {
+            Stored::Plain(t) => {
+                decodable(t)?;
+                roles.insert(t.name.clone(), Role::Whole(s));
+            }
+            Stored::Palette {
+                idx,
+                lut,
+                bits,
+                rows_per_lut,
+            } => {
+                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
+                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut));
+            }
+        }
+    }
+    Ok(roles)
+}
+
+fn decodable(t: &TensorInfo) -> Result<()> {
+    if t.ty.can_dequantize() {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
+        t.name,
+        t.ty,
+        quant::DECODABLE
+    )))
+}
+
+/// Reads the model from `src`; `check(header)` runs before any weight is read.
+/// The context is capped at `max_context` tokens.
+pub async fn load<S: ByteSource>(
+    src: &mut S,
+    max_context: usize,
+    progress: Progress<'_>,
+    check: &mut dyn FnMut(&Gguf) -> Result<()>,
+) -> Result<(Reference<QMatrix>, Gguf)> {
+    let total = src.total_len();
+    let mut w = Window::new(src);
+    let gguf = read_streamed_header(&mut w, total, progress).await?;
+    let mut config = Config::from_gguf(&gguf)?;
+    config.context_length = config.context_length.min(max_context.max(1));
+    let roles = roles(&gguf, &config)?;
+    check(&gguf)?;
+    let mut order: Vec<&TensorInfo> = gguf
+        .tensors
+        .iter()
+        .filter(|t| roles.contains_key(&t.name))
+        .collect();
+    order.sort_by_key(|t| t.offset);
+    let mut read: HashMap<String, Tensor<QMatrix>> = HashMap::new();
+    let mut halves: HashMap<String, Vec<u8>> = HashMap::new();
+    for t in order {
+        let bytes = w
+            .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
+            .await?;
+        match &roles[&t.name] {
+            Role::Whole(s) if s.matrix => {
+                let m = QMatrix::ggml(t.ty, s.rows, s.cols, bytes)?;
+                read.insert(s.name.clone(), Tensor::Matrix(m));
+            }
+            Role::Whole(s) => {
+                let v = quant::dequantize(t.ty, &bytes, t.n_elements as usize)?;
+                read.insert(s.name.clone(), Tensor::Vector(v));
+            }
+            Role::Indices(s, ..) | Role::Tables(s) => {
+                // A palettized weight is built once both of its tensors are in.
+                let Some(other) = halves.remove(&s.name) else {
+                    halves.insert(s.name.clone(), bytes);
+                    continue;
+                };
+                let (idx, lut) = match &roles[&t.name] {
+                    Role::Indices(..) => (bytes, other),
+                    _ => (other, bytes),
+                };
+                let (bits, rows_per_lut) = palette_of(&roles, &s.name);
+                let m = QMatrix::palette(bits, (s.rows, s.cols), rows_per_lut, &idx, &lut)?;
+                read.insert(s.name.clone(), Tensor::Matrix(m));
+            }
+        }
+        progress(w.read(), total.unwrap_or(0));
+    }
+    let weights = Weights::assemble(&config, |s| {
+        read.remove(&s.name)
+            .ok_or_else(|| Error::gguf(format!("tensor {} was not read", s.name)))
+    })?;
+    Ok((Reference::new(config, weights), gguf))
+}
+
+/// The bits and rows per table of palettized weight `name`.
+fn palette_of(roles: &HashMap<String, Role>, name: &str) -> (u32, usize) {
+    roles
+        .values()
+        .find_map(|r| match r {
+            Role::Indices(s, bits, rows) if s.name == name => Some((*bits, *rows)),
+            _ => None,
+        })
+        .unwrap_or((4, 1))
+}

@@ -1,0 +1,144 @@
+//! The CPU backend: the forward pass of `model::Reference` over weights kept in their
+//! quantized form (`QMatrix`), with 16-bit activations and integer dot products where
+//! the format allows (wasm SIMD128 in the browser). It runs where WebGPU is missing or
+//! only a software adapter exists, and natively with `pippin generate --cpu`.
+//! `CpuSession` runs the f32 reference itself (the ground truth of tests).
+
+pub mod dot;
+mod load;
+pub mod matrix;
+
+use super::{Backend, Logits, Want};
+use crate::adapters::Adapter;
+use crate::error::Result;
+use crate::model::{KvCache, Linear, Reference};
+pub use load::load;
+pub use matrix::QMatrix;
+
+/// The model of the CPU backend.
+pub type CpuModel = Reference<QMatrix>;
+
+/// What a CPU conversation keeps between calls: the KV cache (f32), the tokens it
+/// holds and the adapter they were run with (a cache is valid for one adapter).
+#[derive(Default)]
+pub struct CpuState {
+    cache: Option<KvCache>,
+    tokens: Vec<u32>,
+    adapter: u64,
+}
+
+impl CpuState {
+    pub fn clear(&mut self) {
+        self.cache = None;
+        self.tokens.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Bytes of the KV cache (f32 keys and values of every layer).
+    pub fn kv_bytes(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| {
+            c.k.iter().chain(&c.v).map(|l| 4 * l.len() as u64).sum()
+        })
+    }
+}
+
+/// A model, its state and the adapter a call runs with: a generate-loop backend.
+pub struct CpuBackend<'a, M = QMatrix> {
+    pub model: &'a Reference<M>,
+    pub state: &'a mut CpuState,
+    /// The adapter and its id (0: none).
+    pub adapter: Option<(u64, &'a Adapter)>,
+}
+
+impl<M: Linear> CpuBackend<'_, M> {
+    fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        let id = self.adapter.map_or(0, |a| a.0);
+        if id != self.state.adapter {
+            self.state.clear();
+            self.state.adapter = id;
+        }
+        let cache = self
+            .state
+            .cache
+            .get_or_insert_with(|| KvCache::new(&self.model.config));
+        let adapter = self.adapter.map(|a| a.1);
+        let logits = self.model.forward_adapted(cache, tokens, all, adapter)?;
+        self.state.tokens.extend_from_slice(tokens);
+        Ok(logits)
+    }
+}
+
+impl<M: Linear> Backend for CpuBackend<'_, M> {
+    /// Always the full logits: the sampler applies the penalty and filters on the CPU.
+    async fn forward(&mut self, tokens: &[u32], _want: Want<'_>) -> Result<Logits> {
+        Ok(Logits::Full(self.run(tokens, false)?))
+    }
+    fn tokens(&self) -> &[u32] {
+        &self.state.tokens
+    }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let logits = self.run(tokens, true)?;
+        let vocab = self.model.config.vocab_size;
+        Ok(super::perplexity::log_probs_from_logits(
+            &logits, tokens, vocab,
+        ))
+    }
+    fn truncate(&mut self, len: usize) {
+        self.state.tokens.truncate(len);
+        let kv_dim = self.model.config.kv_dim();
+        if let Some(c) = &mut self.state.cache {
+            c.truncate(len, kv_dim);
+        }
+    }
+    fn context_length(&self) -> usize {
+        self.model.config.context_length
+    }
+}
+
+/// The f32 reference as a generation backend (tests, `pippin quality`).
+pub struct CpuSession<'m> {
+    model: &'m Reference,
+    state: CpuState,
+}
+
+impl<'m> CpuSession<'m> {
+    pub fn new(model: &'m Reference) -> Self {
+        CpuSession {
+            model,
+            state: CpuState::default(),
+        }
+    }
+
+    fn backend(&mut self) -> CpuBackend<'_, Vec<f32>> {
+        CpuBackend {
+            model: self.model,
+            state: &mut self.state,
+            adapter: None,
+        }
+    }
+}
+
+impl Backend for CpuSession<'_> {
+    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
+        self.backend().forward(tokens, want).await
+    }
+    fn tokens(&self) -> &[u32] {
+        &self.state.tokens
+    }
+    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.backend().log_probs(tokens).await
+    }
+    fn truncate(&mut self, len: usize) {
+        self.backend().truncate(len)
+    }
+    fn context_length(&self) -> usize {
+        self.model.config.context_length
+    }
+}

@@ -1,0 +1,300 @@
+//! The CPU backend (weights kept quantized, 16-bit activations, integer dot products)
+//! against the f32 reference: every format's matmul over awkward shapes, the default
+//! model teacher-forced, its greedy text against transformers', an adapter, and the
+//! engine's API on this backend.
+
+mod common;
+
+use common::{model_path, reference, testdata};
+use pippin::adapters;
+use pippin::adapters::fixture::{self, FixtureSpec};
+use pippin::engine::cpu::dot::{dot_scalar, has_int_dot, Q16};
+use pippin::engine::{
+    AdapterChoice, Backend, BackendKind, CpuBackend, CpuModel, CpuState, Engine, Event,
+    GenerateOptions, Logits, Prompt, QMatrix, SessionOptions, Want,
+};
+use pippin::model::reference::matmul;
+use pippin::model::{KvCache, Linear};
+use pippin::quant::encode::random_blocks;
+use pippin::quant::palette;
+use pippin::quant::{dequantize, GgmlType};
+use pippin::sampler::{argmax, Rng};
+use pippin::testing::{assert_close, max_abs_diff};
+use std::sync::OnceLock;
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n).map(|_| r.next_f32() * 2.0 - 1.0).collect()
+}
+
+/// Activations with a zero block and blocks of very different magnitudes, as hidden
+/// states have (outlier channels).
+fn activations(t: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut x = values(t * cols, seed);
+    for (b, block) in x.chunks_mut(32).enumerate() {
+        let scale = [0.0, 1e-3, 1.0, 40.0][b % 4];
+        block.iter_mut().for_each(|v| *v *= scale);
+    }
+    x
+}
+
+/// `Σ|w||x|` per output: the scale an error of the product is measured against.
+fn magnitude(x: &[f32], w: &[f32], cols: usize) -> f32 {
+    let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+    matmul(&abs(x), &abs(w), cols)
+        .into_iter()
+        .fold(0f32, f32::max)
+}
+
+const FORMATS: [GgmlType; 14] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Iq4Nl,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+#[test]
+fn every_format_multiplies_like_its_dequantized_weights() {
+    for (i, ty) in FORMATS.into_iter().enumerate() {
+        let per = ty.block().0 as usize;
+        let base = per.max(32);
+        // Rows past one parallel task (64) and not a multiple of it; one row; 1 and
+        // 3 tokens (decode and prefill).
+        for (rows, cols, t) in [(1, base, 1), (67, 2 * base, 3), (130, 3 * base, 1)] {
+            let what = format!("{ty} {rows}x{cols}, {t} tokens");
+            let bytes = random_blocks(ty, rows * cols, 7 + i as u64);
+            let w = dequantize(ty, &bytes, rows * cols).unwrap();
+            let m = QMatrix::ggml(ty, rows, cols, bytes).unwrap();
+            let x = activations(t, cols, 100 + i as u64);
+            let want = matmul(&x, &w, cols);
+            // 16-bit activations: a relative error of ~2^-16 of Σ|w||x|.
+            let tol = if has_int_dot(ty) { 1e-4 } else { 1e-6 } * magnitude(&x, &w, cols);
+            assert_close(&what, &m.apply(&x, cols), &want, tol.max(1e-6));
+            let mut row = Vec::new();
+            m.append_row(rows - 1, cols, &mut row);
+            assert_close(&what, &row, &w[(rows - 1) * cols..], 0.0);
+        }
+    }
+}
+
+#[test]
+fn integer_dot_products_match_f32_for_each_format() {
+    let cols = 96;
+    for (i, ty) in FORMATS.into_iter().filter(|t| has_int_dot(*t)).enumerate() {
+        let bytes = random_blocks(ty, cols, 40 + i as u64);
+        let w = dequantize(ty, &bytes, cols).unwrap();
+        let x = activations(1, cols, 50 + i as u64);
+        let q = Q16::quantize(&x);
+        let got = dot_scalar(ty, &bytes, q.row(0, cols));
+        let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        let tol = 1e-4 * magnitude(&x, &w, cols);
+        assert!((got - want).abs() <= tol, "{ty}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn palettized_matrices_multiply_like_their_tables() {
+    // 4 bits: a table per 16 rows (the last group short); 2 bits: a table per row.
+    for (bits, rows_per_lut) in [(4, 16), (2, 1)] {
+        let (rows, cols) = (67, 96);
+        let w = values(rows * cols, bits as u64);
+        let p = palette::uniform(&w, rows, cols, bits, rows_per_lut);
+        let idx: Vec<u8> = p
+            .pack_indices()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let lut: Vec<u8> = p.luts.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let m = QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx, &lut).unwrap();
+        let x = activations(3, cols, 9);
+        let want = matmul(&x, &p.dequantize(), cols);
+        let what = format!("{bits}-bit palette");
+        assert_close(
+            &what,
+            &m.apply(&x, cols),
+            &want,
+            1e-6 * magnitude(&x, &w, cols),
+        );
+        assert!(QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx[4..], &lut).is_err());
+    }
+}
+
+#[test]
+fn matrices_of_the_wrong_size_are_errors() {
+    let bytes = random_blocks(GgmlType::Q4_1, 64, 1);
+    assert!(QMatrix::ggml(GgmlType::Q4_1, 2, 32, bytes[1..].to_vec()).is_err());
+    assert!(QMatrix::ggml(GgmlType::Q4_1, 1, 48, bytes.clone()).is_err());
+    assert!(QMatrix::ggml(GgmlType::Q4_1, 2, 32, bytes).is_ok());
+}
+
+fn model() -> &'static CpuModel {
+    static M: OnceLock<CpuModel> = OnceLock::new();
+    M.get_or_init(|| {
+        let file = std::fs::File::open(model_path()).unwrap();
+        let len = file.metadata().unwrap().len();
+        let mut src = pippin::gguf::ReadSource {
+            reader: std::io::BufReader::new(file),
+            len: Some(len),
+        };
+        let (mut progress, mut check) = (|_, _| {}, |_: &_| Ok(()));
+        let load = pippin::engine::cpu::load(&mut src, 4096, &mut progress, &mut check);
+        pollster::block_on(load).unwrap().0
+    })
+}
+
+fn opts() -> SessionOptions {
+    SessionOptions {
+        max_context: 4096,
+        ..Default::default()
+    }
+}
+
+fn full(l: Logits) -> Vec<f32> {
+    match l {
+        Logits::Full(l) => l,
+        Logits::Top(_) => panic!("full logits were asked for"),
+    }
+}
+
+const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France is"
+
+#[test]
+fn teacher_forced_logits_match_the_f32_reference() {
+    let cpu = reference();
+    let mut cache = KvCache::new(&cpu.config);
+    let mut state = CpuState::default();
+    let mut b = CpuBackend {
+        model: model(),
+        state: &mut state,
+        adapter: None,
+    };
+    let mut want = cpu.forward(&mut cache, &PROMPT, false).unwrap();
+    let mut got = full(pollster::block_on(b.forward(&PROMPT, Want::logits())).unwrap());
+    for step in 0..8 {
+        let d = max_abs_diff(&got, &want);
+        assert!(d < 1e-2, "step {step}: logits differ by {d}");
+        let next = argmax(&want) as u32;
+        assert_eq!(argmax(&got) as u32, next, "step {step}");
+        want = cpu.forward(&mut cache, &[next], false).unwrap();
+        got = full(pollster::block_on(b.forward(&[next], Want::logits())).unwrap());
+    }
+    assert_eq!(b.tokens().len(), PROMPT.len() + 8);
+}
+
+/// The engine's greedy reply to `prompt` (at most `n` tokens) and its token count.
+fn greedy(e: &mut Engine, prompt: &str, n: usize, adapter: AdapterChoice) -> (String, usize) {
+    let opts = GenerateOptions {
+        max_tokens: n,
+        ..Default::default()
+    };
+    let p = Prompt::Text(prompt.into());
+    let id = pollster::block_on(e.start(&p, &opts, &adapter)).unwrap();
+    let mut text = String::new();
+    loop {
+        match pollster::block_on(e.next(id)).unwrap() {
+            Event::Text { text: t, .. } => text.push_str(&t),
+            Event::Done { usage, .. } => return (text, usage.generated_tokens),
+        }
+    }
+}
+
+#[test]
+fn the_engine_writes_transformers_greedy_text() {
+    let mut e = pollster::block_on(Engine::load_file_cpu(&model_path(), opts())).unwrap();
+    assert_eq!(e.backend_kind().0, BackendKind::Cpu);
+    let r = testdata("smollm2-reference.json");
+    let case = &r["prompts"][0];
+    let want = common::ids(&case["float32"]["greedy_token_ids"]);
+    // The generate loop stops at the end-of-turn token (2); the reference goes on.
+    let eos = want.iter().position(|&t| t == 2).unwrap();
+    let want = e.tokenizer().decode(&want[..eos], false).unwrap();
+    let (got, n) = greedy(
+        &mut e,
+        case["prompt"].as_str().unwrap(),
+        32,
+        AdapterChoice::None,
+    );
+    assert_eq!(got, want);
+    assert_eq!(n, eos + 1);
+    assert!(e.weight_bytes() < 100_000_000, "weights stay quantized");
+    assert_eq!(e.gpu_bytes().weights, 0);
+}
+
+#[test]
+fn adapters_apply_at_run_time_and_switch_back_exactly() {
+    let c = &reference().config;
+    let spec = FixtureSpec {
+        rank: 8,
+        alpha: 16.0,
+        modules: &["q_proj", "v_proj", "down_proj"],
+        seed: 3,
+        zero_b: false,
+        half: true,
+    };
+    let (config, weights) = fixture::write(c, &spec);
+    let adapter = adapters::parse(config.as_bytes(), &weights, c).unwrap();
+    // The reference merges W + B·A; the CPU backend adds B·(A·x) beside each matmul.
+    let mut merged = pippin::model::load_reference(&model_path()).unwrap().1;
+    adapters::merge_into(&mut merged.weights, &adapter);
+    let mut cache = KvCache::new(&merged.config);
+    let want = merged.forward(&mut cache, &PROMPT, false).unwrap();
+    let mut state = CpuState::default();
+    let mut b = CpuBackend {
+        model: model(),
+        state: &mut state,
+        adapter: Some((1, &adapter)),
+    };
+    let got = full(pollster::block_on(b.forward(&PROMPT, Want::logits())).unwrap());
+    assert!(max_abs_diff(&got, &want) < 1e-2);
+    let base = reference()
+        .forward(&mut KvCache::new(c), &PROMPT, false)
+        .unwrap();
+    assert!(
+        max_abs_diff(&got, &base) > 0.1,
+        "the adapter changes the logits"
+    );
+
+    // Through the engine: an adapter per reply; the base model's reply is unchanged.
+    let mut e = pollster::block_on(Engine::load_file_cpu(&model_path(), opts())).unwrap();
+    let before = greedy(&mut e, "Once upon a time", 6, AdapterChoice::None);
+    e.load_adapter("a", config.as_bytes(), &weights).unwrap();
+    assert_eq!(e.adapters()[0].rank, 8);
+    let with = greedy(
+        &mut e,
+        "Once upon a time",
+        6,
+        AdapterChoice::Named("a".into()),
+    );
+    let after = greedy(&mut e, "Once upon a time", 6, AdapterChoice::None);
+    assert_eq!(before, after);
+    assert_ne!(with, before, "the adapter changes the reply");
+    assert!(e.unload_adapter("a").unwrap());
+}
+
+#[test]
+fn context_overflow_is_an_error_and_the_engine_stays_usable() {
+    let small = SessionOptions {
+        max_context: 8,
+        ..Default::default()
+    };
+    let mut e = pollster::block_on(Engine::load_file_cpu(&model_path(), small)).unwrap();
+    assert_eq!(e.config().context_length, 8);
+    let long = Prompt::Text("one two three four five six seven eight nine ten".into());
+    let err = pollster::block_on(e.start(&long, &Default::default(), &AdapterChoice::None));
+    assert_eq!(err.err().map(|e| e.code()), Some("ContextFull"));
+    assert_eq!(greedy(&mut e, "Hi", 2, AdapterChoice::None).1, 2);
+    assert!(
+        e.parts().is_err() && e.model().is_err(),
+        "no GPU parts on the CPU"
+    );
+}
