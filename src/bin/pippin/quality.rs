@@ -3,7 +3,7 @@
 use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
-use pippin::engine::{CpuSession, SessionOptions};
+use pippin::engine::{CpuSession, Engine, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::model::load_reference;
 use pippin::quant::kv::KvFormat;
@@ -120,9 +120,12 @@ pub struct PerplexityArgs {
     /// A PEFT LoRA adapter folder.
     #[arg(long)]
     adapter: Option<PathBuf>,
-    /// Run the CPU reference (f32 KV) instead of the GPU.
+    /// Run on the CPU backend (quantized weights, f32 KV) instead of the GPU.
     #[arg(long)]
     cpu: bool,
+    /// Run the f32 CPU reference (f32 KV).
+    #[arg(long, conflicts_with = "cpu")]
+    reference: bool,
     /// Tokens per window.
     #[arg(long, default_value_t = 512)]
     window: usize,
@@ -142,12 +145,24 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
         tokens.truncate(a.max_tokens);
     }
     let t0 = Instant::now();
+    if (a.cpu || a.reference) && a.kv != KvFormat::Int8 && a.kv != KvFormat::F32 {
+        eprintln!("perplexity: --kv applies to the GPU; the CPU keeps f32 keys and values");
+    }
     let (p, engine) = if a.cpu {
-        if a.kv != KvFormat::Int8 && a.kv != KvFormat::F32 {
-            eprintln!(
-                "perplexity: --kv applies to the GPU; the CPU reference keeps f32 keys and values"
-            );
+        let so = SessionOptions {
+            max_context: a.window,
+            ..Default::default()
+        };
+        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so))?;
+        if let Some(dir) = &a.adapter {
+            e.load_adapter_dir("adapter", dir)?;
         }
+        let mut b = e.backend()?;
+        (
+            pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,
+            "CPU backend".to_string(),
+        )
+    } else if a.reference {
         let (_, mut model) = load_reference(&a.model)?;
         if let Some(dir) = &a.adapter {
             let ad = super::read_adapter(dir, &model.config)?;
