@@ -173,11 +173,7 @@ fn teacher_forced_logits_match_the_f32_reference() {
     let cpu = reference();
     let mut cache = KvCache::new(&cpu.config);
     let mut state = CpuState::default();
-    let mut b = CpuBackend {
-        model: model(),
-        state: &mut state,
-        adapter: None,
-    };
+    let mut b = CpuBackend::new(model(), &mut state, None);
     let mut want = cpu.forward(&mut cache, &PROMPT, false).unwrap();
     let mut got = full(pollster::block_on(b.forward(&PROMPT, Want::logits())).unwrap());
     for step in 0..8 {
@@ -236,7 +232,7 @@ fn adapters_apply_at_run_time_and_switch_back_exactly() {
     let spec = FixtureSpec {
         rank: 8,
         alpha: 16.0,
-        modules: &["q_proj", "v_proj", "down_proj"],
+        modules: &adapters::MODULES,
         seed: 3,
         zero_b: false,
         half: true,
@@ -249,11 +245,7 @@ fn adapters_apply_at_run_time_and_switch_back_exactly() {
     let mut cache = KvCache::new(&merged.config);
     let want = merged.forward(&mut cache, &PROMPT, false).unwrap();
     let mut state = CpuState::default();
-    let mut b = CpuBackend {
-        model: model(),
-        state: &mut state,
-        adapter: Some((1, &adapter)),
-    };
+    let mut b = CpuBackend::new(model(), &mut state, Some((1, &adapter)));
     let got = full(pollster::block_on(b.forward(&PROMPT, Want::logits())).unwrap());
     assert!(max_abs_diff(&got, &want) < 1e-2);
     let base = reference()
@@ -264,20 +256,26 @@ fn adapters_apply_at_run_time_and_switch_back_exactly() {
         "the adapter changes the logits"
     );
 
-    // Through the engine: an adapter per reply; the base model's reply is unchanged.
+    // Through the engine: an adapter per reply. Each reply follows one on the same
+    // prompt with another adapter, whose KV cache it must not reuse.
+    let prompt = "Once upon a time";
     let mut e = pollster::block_on(Engine::load_file_cpu(&model_path(), opts())).unwrap();
-    let before = greedy(&mut e, "Once upon a time", 6, AdapterChoice::None);
+    let before = greedy(&mut e, prompt, 6, AdapterChoice::None);
     e.load_adapter("a", config.as_bytes(), &weights).unwrap();
     assert_eq!(e.adapters()[0].rank, 8);
-    let with = greedy(
-        &mut e,
-        "Once upon a time",
-        6,
-        AdapterChoice::Named("a".into()),
-    );
-    let after = greedy(&mut e, "Once upon a time", 6, AdapterChoice::None);
-    assert_eq!(before, after);
-    assert_ne!(with, before, "the adapter changes the reply");
+    let named = || AdapterChoice::Named("a".into());
+    let with = greedy(&mut e, prompt, 6, named());
+    let after = greedy(&mut e, prompt, 6, AdapterChoice::None);
+    let again = greedy(&mut e, prompt, 6, named());
+    let mut fresh = pollster::block_on(Engine::load_file_cpu(&model_path(), opts())).unwrap();
+    fresh
+        .load_adapter("a", config.as_bytes(), &weights)
+        .unwrap();
+    let alone = greedy(&mut fresh, prompt, 6, named());
+    assert_ne!(alone, before, "the adapter changes the reply");
+    assert_eq!(with, alone);
+    assert_eq!(again, alone);
+    assert_eq!(after, before);
     assert!(e.unload_adapter("a").unwrap());
 }
 

@@ -430,14 +430,13 @@ impl Engine {
                 session,
                 adapter.and_then(Resident::gpu),
             )),
-            Body::Cpu { model, state } => AnyBackend::Cpu(CpuBackend {
-                model,
-                state,
-                adapter: adapter.and_then(|a| match a {
+            Body::Cpu { model, state } => {
+                let lora = adapter.and_then(|a| match a {
                     Resident::Cpu { id, adapter } => Some((*id, adapter)),
                     Resident::Gpu(_) => None,
-                }),
-            }),
+                });
+                AnyBackend::Cpu(CpuBackend::new(model, state, lora))
+            }
         }
     }
 

@@ -97,8 +97,8 @@ impl<'s, S: ByteSource> Window<'s, S> {
             )));
         }
         // Room for the whole tensor up front: growing by doubling would hold up to
-        // twice its size, and keep that capacity for the rest of the load.
-        self.buf.reserve(n as usize);
+        // twice its size.
+        self.buf.reserve_exact(n as usize);
         loop {
             let drop = (start - self.base).min(self.buf.len() as u64) as usize;
             self.buf.drain(..drop);
@@ -113,10 +113,12 @@ impl<'s, S: ByteSource> Window<'s, S> {
             }
         }
         self.base += n;
-        // The tensor keeps the buffer's allocation (no copy); the few bytes after it
-        // start the next buffer.
+        // The tensor keeps the buffer's allocation, trimmed to its size (in place);
+        // the few bytes after it start the next buffer.
         let rest = self.buf.split_off(n as usize);
-        Ok(std::mem::replace(&mut self.buf, rest))
+        let mut tensor = std::mem::replace(&mut self.buf, rest);
+        tensor.shrink_to_fit();
+        Ok(tensor)
     }
 }
 

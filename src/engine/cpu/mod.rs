@@ -51,25 +51,40 @@ impl CpuState {
 
 /// A model, its state and the adapter a call runs with: a generate-loop backend.
 pub struct CpuBackend<'a, M = QMatrix> {
-    pub model: &'a Reference<M>,
-    pub state: &'a mut CpuState,
-    /// The adapter and its id (0: none).
-    pub adapter: Option<(u64, &'a Adapter)>,
+    model: &'a Reference<M>,
+    state: &'a mut CpuState,
+    adapter: Option<&'a Adapter>,
 }
 
-impl<M: Linear> CpuBackend<'_, M> {
-    fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
-        let id = self.adapter.map_or(0, |a| a.0);
-        if id != self.state.adapter {
-            self.state.clear();
-            self.state.adapter = id;
+impl<'a, M: Linear> CpuBackend<'a, M> {
+    /// The model with an adapter (`id`, never 0) or none. A KV cache computed with
+    /// another adapter is dropped now, before the caller asks which tokens it holds:
+    /// the conversation is run again from its start.
+    pub fn new(
+        model: &'a Reference<M>,
+        state: &'a mut CpuState,
+        adapter: Option<(u64, &'a Adapter)>,
+    ) -> Self {
+        let id = adapter.map_or(0, |a| a.0);
+        if id != state.adapter {
+            state.clear();
+            state.adapter = id;
         }
+        CpuBackend {
+            model,
+            state,
+            adapter: adapter.map(|a| a.1),
+        }
+    }
+
+    fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
         let cache = self
             .state
             .cache
             .get_or_insert_with(|| KvCache::new(&self.model.config));
-        let adapter = self.adapter.map(|a| a.1);
-        let logits = self.model.forward_adapted(cache, tokens, all, adapter)?;
+        let logits = self
+            .model
+            .forward_adapted(cache, tokens, all, self.adapter)?;
         self.state.tokens.extend_from_slice(tokens);
         Ok(logits)
     }
@@ -117,11 +132,7 @@ impl<'m> CpuSession<'m> {
     }
 
     fn backend(&mut self) -> CpuBackend<'_, Vec<f32>> {
-        CpuBackend {
-            model: self.model,
-            state: &mut self.state,
-            adapter: None,
-        }
+        CpuBackend::new(self.model, &mut self.state, None)
     }
 }
 
