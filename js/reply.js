@@ -6,6 +6,22 @@
 // with every call, so a stale reply can never stop or read a newer one.
 import { PippinError } from "./errors.js";
 
+/** Lets the event loop run (input, rendering, messages such as an abort) between two
+ * steps. A CPU-backend step is synchronous wasm that resolves its promise at once, and a
+ * loop that only awaits resolved promises holds the thread for the whole reply. A
+ * message-channel round trip: not setTimeout (clamped to 4 ms when nested), nor
+ * scheduler.yield() (its continuation runs ahead of the waiting messages). */
+export function breathe() {
+  return new Promise((resolve) => {
+    const { port1, port2 } = new MessageChannel();
+    port1.onmessage = () => {
+      port1.close();
+      resolve();
+    };
+    port2.postMessage(0);
+  });
+}
+
 export class Reply {
   #calls;
   #signal;
@@ -28,6 +44,7 @@ export class Reply {
     let finished = false;
     try {
       for (;;) {
+        await breathe();
         const c = await calls.next(id);
         if (c.done) {
           finished = true;

@@ -3,6 +3,7 @@
 // posted as fast as the engine makes them, not one per request.
 import { Pippin, engineOf } from "./index.js";
 import { PippinError, toWire } from "./errors.js";
+import { breathe } from "./reply.js";
 
 let llm = null;
 let engine = null;
@@ -19,6 +20,12 @@ async function run(me) {
   const id = me.id;
   try {
     for (;;) {
+      // Messages (abort, release, calls to refuse) are handled between steps.
+      await breathe();
+      if (me.released) {
+        engine.release(id);
+        return;
+      }
       const chunk = await engine.next(id);
       if (me.released) {
         // The page let go while this step ran: end the reply now the engine is free.

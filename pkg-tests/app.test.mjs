@@ -182,6 +182,26 @@ test("abort mid-stream stops within a step, and the model goes on", async () => 
   assert.equal(r.after, " Paris.");
 });
 
+test("the page runs between the steps of a CPU reply (timers fire, input is handled)", async () => {
+  const r = await page.evaluate(async () => {
+    let ticks = 0;
+    let on = true;
+    const tick = () => {
+      ticks++;
+      if (on) setTimeout(tick, 0);
+    };
+    setTimeout(tick, 0);
+    let chunks = 0;
+    for await (const c of llm.generate("Once upon a time", { maxTokens: 8 })) if (!c.done) chunks++;
+    on = false;
+    return { ticks, chunks, backend: llm.info().backend };
+  });
+  assert.equal(r.backend, "cpu");
+  // A CPU step is synchronous wasm: without a yield between steps the whole reply
+  // would run before the first timer.
+  assert.ok(r.ticks >= r.chunks / 2, `${r.ticks} timer ticks during ${r.chunks} steps`);
+});
+
 test("a second generate while one runs is rejected clearly", async () => {
   const msg = await page.evaluate(async () => {
     const a = llm.generate("Hello", { maxTokens: 3 })[Symbol.asyncIterator]();
@@ -215,10 +235,10 @@ test("a reply owns the model until it ends, in pippin and in pippin/worker", asy
       await m.reset();
       // Long enough that pippin/worker, which streams ahead of its reader, is still
       // generating when the calls below arrive (the CPU backend writes ~15 tokens/s).
-      const alone = await m.generate("The capital of France is", { maxTokens: 40 }).text();
+      const alone = await m.generate("The capital of France is", { maxTokens: 20 }).text();
       await m.reset();
       const ctlA = new AbortController();
-      const a = m.generate("The capital of France is", { maxTokens: 40, signal: ctlA.signal })[Symbol.asyncIterator]();
+      const a = m.generate("The capital of France is", { maxTokens: 20, signal: ctlA.signal })[Symbol.asyncIterator]();
       let text = (await a.next()).value.text;
       // Between two chunks: every call that would disturb the reply is refused.
       const refused = [
