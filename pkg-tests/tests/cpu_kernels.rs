@@ -6,7 +6,7 @@
 #[cfg(not(target_feature = "simd128"))]
 compile_error!("the package's CPU kernels are built for SIMD128 (.cargo/config.toml)");
 
-use pippin::engine::cpu::dot::{dot, dot_f32, dot_scalar, has_int_dot, Q16};
+use pippin::engine::cpu::dot::{dot, dot_f32, dot_scalar, dots, has_int_dot, Q16};
 use pippin::engine::QMatrix;
 use pippin::model::reference::matmul;
 use pippin::model::Linear;
@@ -62,6 +62,20 @@ fn simd_integer_dots_equal_the_plain_loops() {
                 (simd - exact).abs() <= 1e-4 * m + 1e-6,
                 "{ty} {cols}: {simd} vs {exact}"
             );
+            // Eleven tokens: a group of eight and one of three, each block unpacked once.
+            let t = 11;
+            let xs = values(t * cols, 60 + i as u64);
+            let q = Q16::quantize(&xs);
+            let mut many = vec![0f32; t];
+            dots(ty, &bytes, &q, cols, &mut many);
+            for (k, &v) in many.iter().enumerate() {
+                let plain = dot_scalar(ty, &bytes, q.row(k, cols));
+                let m = magnitude(&w, &xs[k * cols..][..cols]);
+                assert!(
+                    (v - plain).abs() <= 1e-6 * m + 1e-6,
+                    "{ty} {cols} token {k}: {v} vs {plain}"
+                );
+            }
         }
     }
     for n in [1, 7, 8, 33, 576] {

@@ -372,8 +372,25 @@ pub fn matmul(x: &[f32], w: &[f32], k: usize) -> Vec<f32> {
     y
 }
 
-/// Dot product with eight independent sums, so the compiler can vectorize it.
+/// Dot product with eight independent sums, so the compiler can vectorize it (with
+/// wasm SIMD128, explicitly: the browser build is optimized for size and LLVM does not
+/// vectorize there).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        super::simd::dot(a, b)
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    {
+        dot_plain(a, b)
+    }
+}
+
+#[cfg_attr(
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    allow(dead_code)
+)]
+fn dot_plain(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca
@@ -423,12 +440,19 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
             .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..][..hd]) * scale)
             .collect();
         softmax(&mut scores);
-        for (p, w) in (first..).zip(&scores) {
-            let vp = &v[p * kv_dim + kvh * hd..][..hd];
-            o.iter_mut().zip(vp).for_each(|(a, b)| *a += w * b);
+        for (p, &w) in (first..).zip(&scores) {
+            axpy(o, w, &v[p * kv_dim + kvh * hd..][..hd]);
         }
     });
     out
+}
+
+/// `y += a·x`.
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    super::simd::axpy(y, a, x);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    y.iter_mut().zip(x).for_each(|(v, b)| *v += a * b);
 }
 
 pub fn softmax(x: &mut [f32]) {

@@ -161,9 +161,7 @@ impl QMatrix {
                     ) => {
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let row = &data[(r0 + i) * row_bytes..][..*row_bytes];
-                            for (ti, y) in o.iter_mut().enumerate() {
-                                *y = dot::dot(*ty, row, q.row(ti, cols));
-                            }
+                            dot::dots(*ty, row, q, cols, o);
                         }
                     }
                     _ => {
