@@ -144,11 +144,15 @@ function cachingStream(cache, url, response, total) {
     () => true,
     () => false,
   );
+  // A failed cache write (a full disk, storage pressure) only loses the copy: the
+  // model keeps streaming to the engine.
+  let caching = true;
+  const failed = stored.then((ok) => ok || (caching = false));
   const pump = async () => {
     const { value, done } = await reader.read();
     if (!done) {
       bytes += value.byteLength;
-      await writer.write(value);
+      if (caching) await Promise.race([writer.write(value).catch(() => (caching = false)), failed]);
     }
     return { value, done };
   };
@@ -164,7 +168,7 @@ function cachingStream(cache, url, response, total) {
     if (ok) {
       // The engine may stop before the file's end: the cache gets the rest too.
       for (;;) if ((await pump()).done) break;
-      if (bytes === total) {
+      if (caching && bytes === total) {
         await writer.close();
         if (await stored) return;
       }

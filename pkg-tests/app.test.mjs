@@ -418,6 +418,30 @@ test("Cache Storage keeps only models that loaded, and a bad copy is evicted and
   assert.deepEqual(r.listed.map((c) => c.bytes), [98362432], "the damaged copy was replaced by the real file");
 });
 
+test("a cache write that fails (a full disk) loses only the copy: the model loads", async () => {
+  const r = await page.evaluate(async (url) => {
+    // As Chromium does under storage pressure: the put reads a little, cancels the
+    // body and rejects.
+    const put = Cache.prototype.put;
+    Cache.prototype.put = async function (request, response) {
+      const reader = response.body.getReader();
+      await reader.read();
+      await reader.cancel();
+      throw new DOMException("Cache.put() encountered a network error", "NetworkError");
+    };
+    try {
+      const m = await Pippin.load(url);
+      const text = await m.generate("The capital of France is", { maxTokens: 2 }).text();
+      await m.dispose();
+      return { text, listed: (await Pippin.cached()).length };
+    } finally {
+      Cache.prototype.put = put;
+    }
+  }, MODEL);
+  assert.equal(r.text, " Paris.");
+  assert.equal(r.listed, 0, "no partial copy is kept");
+});
+
 test("Gemma 3 270M (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K; SentencePiece) streams llama.cpp's greedy text", async () => {
   const r = await page.evaluate(async () => {
     const gemma = await Pippin.load("/models/gemma-3-270m-q4_k_m.gguf", { cache: false, maxContext: 256 });

@@ -11,8 +11,8 @@ use pippin::adapters::{self, fixture, fixture::FixtureSpec};
 use pippin::convert::{self, Bits, Options, Report};
 use pippin::engine::perplexity::{perplexity, Perplexity};
 use pippin::engine::{
-    generate, Backend, CpuSession, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession,
-    Logits, SessionOptions, Want,
+    generate, Backend, CpuSession, Engine, GenerateOptions, GpuAdapter, GpuBackend, GpuModel,
+    GpuSession, Logits, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -268,6 +268,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
         (f32_kv.nll - cpu.nll).abs() < 2e-3,
         "GPU {f32_kv:?} vs CPU {cpu:?}"
     );
+    let reference_nll = cpu.nll;
     let (gpu, cpu) = answers(path, &m, "Name a color.");
     assert_eq!(gpu, cpu);
     assert!(!gpu.trim().is_empty());
@@ -289,4 +290,23 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     .unwrap();
     let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 4, "text": text });
     std::fs::write(path.with_extension("expected.json"), expected.to_string()).unwrap();
+
+    // The CPU backend (palettes kept packed, 16-bit activations) on the same file: the
+    // reference's perplexity and text.
+    let mut e = pollster::block_on(Engine::load_file_cpu(path, Default::default())).unwrap();
+    let mut b = e.backend().unwrap();
+    let own = pollster::block_on(perplexity(&mut b, &tokens(path, 128), 128, 64)).unwrap();
+    assert!(
+        (own.nll - reference_nll).abs() < 2e-3,
+        "CPU backend {own:?} vs the reference's mean NLL {reference_nll}"
+    );
+    let mut b = e.backend().unwrap();
+    b.truncate(0);
+    let mut own_text = String::new();
+    pollster::block_on(generate(&mut b, &tk, &ids, &opts, |p, _| {
+        own_text.push_str(p);
+        true
+    }))
+    .unwrap();
+    assert_eq!(own_text, text);
 }

@@ -10,14 +10,11 @@
 //! released (the caller dropped it) or failed; a failed reply reports its error again
 //! if asked, never a quiet end.
 
+use super::backends::{AnyBackend, BackendKind, Body, Resident};
 use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::tools::{self, Prepared};
-use super::{
-    Backend, Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, LateMask,
-    Logits, Usage, Want,
-};
-use crate::adapters::Adapter;
+use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
 use crate::gpu::Gpu;
@@ -66,133 +63,6 @@ struct Running {
     id: u64,
     generation: Generation,
     adapter: Option<Rc<Resident>>,
-}
-
-/// An adapter as the backend holds it: uploaded to the GPU, or f32 for the CPU.
-enum Resident {
-    Gpu(GpuAdapter),
-    Cpu { id: u64, adapter: Adapter },
-}
-
-impl Resident {
-    fn id(&self) -> u64 {
-        match self {
-            Resident::Gpu(a) => a.id,
-            Resident::Cpu { id, .. } => *id,
-        }
-    }
-    fn bytes(&self) -> u64 {
-        match self {
-            Resident::Gpu(a) => a.bytes,
-            Resident::Cpu { adapter, .. } => adapter.bytes(),
-        }
-    }
-    fn rank(&self) -> usize {
-        match self {
-            Resident::Gpu(a) => a.rank,
-            Resident::Cpu { adapter, .. } => adapter.rank,
-        }
-    }
-    fn gpu(&self) -> Option<&GpuAdapter> {
-        match self {
-            Resident::Gpu(a) => Some(a),
-            Resident::Cpu { .. } => None,
-        }
-    }
-}
-
-/// Which backend runs the model, and why (`Engine::backend_kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    Webgpu,
-    Cpu,
-}
-
-/// The model and its conversation state on one backend.
-enum Body {
-    Gpu {
-        model: Box<GpuModel>,
-        session: Box<GpuSession>,
-    },
-    Cpu {
-        model: Box<CpuModel>,
-        state: CpuState,
-    },
-}
-
-/// The backend of one call: the GPU session or the CPU model, with an adapter.
-pub enum AnyBackend<'a> {
-    Gpu(GpuBackend<'a>),
-    Cpu(CpuBackend<'a>),
-}
-
-impl Backend for AnyBackend<'_> {
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        match self {
-            AnyBackend::Gpu(b) => b.forward(tokens, want).await,
-            AnyBackend::Cpu(b) => b.forward(tokens, want).await,
-        }
-    }
-    fn tokens(&self) -> &[u32] {
-        match self {
-            AnyBackend::Gpu(b) => b.tokens(),
-            AnyBackend::Cpu(b) => b.tokens(),
-        }
-    }
-    fn truncate(&mut self, len: usize) {
-        match self {
-            AnyBackend::Gpu(b) => b.truncate(len),
-            AnyBackend::Cpu(b) => b.truncate(len),
-        }
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        match self {
-            AnyBackend::Gpu(b) => b.log_probs(tokens).await,
-            AnyBackend::Cpu(b) => b.log_probs(tokens).await,
-        }
-    }
-    fn context_length(&self) -> usize {
-        match self {
-            AnyBackend::Gpu(b) => b.context_length(),
-            AnyBackend::Cpu(b) => b.context_length(),
-        }
-    }
-    fn chains(&self) -> bool {
-        match self {
-            AnyBackend::Gpu(b) => b.chains(),
-            AnyBackend::Cpu(b) => b.chains(),
-        }
-    }
-    fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
-        match self {
-            AnyBackend::Gpu(b) => b.submit(tokens, want),
-            AnyBackend::Cpu(b) => b.submit(tokens, want),
-        }
-    }
-    async fn chosen(&mut self) -> Result<u32> {
-        match self {
-            AnyBackend::Gpu(b) => b.chosen().await,
-            AnyBackend::Cpu(b) => b.chosen().await,
-        }
-    }
-    fn cancel(&mut self) {
-        match self {
-            AnyBackend::Gpu(b) => b.cancel(),
-            AnyBackend::Cpu(b) => b.cancel(),
-        }
-    }
-    async fn forward_masked(
-        &mut self,
-        tokens: &[u32],
-        want: Want<'_>,
-        mask: LateMask<'_>,
-    ) -> Result<Logits> {
-        match self {
-            AnyBackend::Gpu(b) => b.forward_masked(tokens, want, mask).await,
-            AnyBackend::Cpu(b) => b.forward_masked(tokens, want, mask).await,
-        }
-    }
 }
 
 /// Bytes of the GPU buffers an engine holds, by what they hold (the quantized weights

@@ -1,6 +1,7 @@
 //! The generate loop, shared by every backend: prefill the prompt, then sample, stream
 //! and stop (stop tokens, stop strings, max tokens, context length, abort).
 
+mod backends;
 pub mod choice;
 mod core;
 pub mod cpu;
@@ -12,9 +13,8 @@ mod stop;
 pub mod tools;
 
 pub use crate::gguf::{ByteSource, Progress, ReadSource};
-pub use core::{
-    busy, AdapterChoice, AnyBackend, BackendKind, Engine, GpuBytes, Prompt, ResidentAdapter,
-};
+pub use backends::{AnyBackend, BackendKind};
+pub use core::{busy, AdapterChoice, Engine, GpuBytes, Prompt, ResidentAdapter};
 pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
