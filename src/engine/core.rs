@@ -134,7 +134,7 @@ impl Engine {
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
         let body = Body::Cpu {
             model: Box::new(model),
-            state: CpuState::default(),
+            state: CpuState::new(session.kv),
         };
         Ok(Self::with_body(body, tokenizer, reason))
     }

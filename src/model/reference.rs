@@ -35,6 +35,36 @@ impl KvCache {
     }
 }
 
+/// Where a forward pass keeps keys and values: f32 here (`KvCache`), int8 in the CPU
+/// backend.
+pub trait KvStore {
+    /// Positions cached.
+    fn positions(&self) -> usize;
+    /// Appends layer `l`'s keys and values of the new tokens (`[t][kv_dim]` each).
+    fn append(&mut self, l: usize, k: &[f32], v: &[f32]);
+    /// Causal attention of the new tokens' queries `q` over layer `l`'s positions.
+    fn attend(&self, l: usize, q: &[f32], s: AttnShape) -> Vec<f32>;
+    /// Counts the new tokens in, once every layer has appended them.
+    fn advance(&mut self, t: usize);
+}
+
+impl KvStore for KvCache {
+    fn positions(&self) -> usize {
+        self.len
+    }
+    fn append(&mut self, l: usize, k: &[f32], v: &[f32]) {
+        self.k[l].extend_from_slice(k);
+        self.v[l].extend_from_slice(v);
+    }
+    fn attend(&self, l: usize, q: &[f32], s: AttnShape) -> Vec<f32> {
+        let kv_len = self.k[l].len() / (s.n_kv_heads * s.head_dim);
+        attention(q, &self.k[l], &self.v[l], kv_len, s)
+    }
+    fn advance(&mut self, t: usize) {
+        self.len += t;
+    }
+}
+
 /// The inputs of a layer's matmuls: q/k/v share one, gate/up another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Site {
@@ -67,7 +97,7 @@ impl<M: Linear> Reference<M> {
     /// logits of every position when `all_logits`, else of the last one only.
     pub fn forward(
         &self,
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
@@ -77,7 +107,7 @@ impl<M: Linear> Reference<M> {
     /// As `forward`, with a LoRA adapter applied beside each matmul it updates.
     pub fn forward_adapted(
         &self,
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         tokens: &[u32],
         all_logits: bool,
         adapter: Option<&Adapter>,
@@ -90,7 +120,7 @@ impl<M: Linear> Reference<M> {
     /// only: long teacher-forced prompts without the head over every position.
     pub fn forward_at(
         &self,
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         tokens: &[u32],
         at: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
@@ -112,7 +142,7 @@ impl<M: Linear> Reference<M> {
     /// cache.
     fn hidden(
         &self,
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         tokens: &[u32],
         adapter: Option<&Adapter>,
     ) -> Result<Vec<f32>> {
@@ -120,12 +150,12 @@ impl<M: Linear> Reference<M> {
         if tokens.is_empty() {
             return Err(Error::invalid("no tokens to run"));
         }
-        if cache.len + tokens.len() > c.context_length {
+        if cache.positions() + tokens.len() > c.context_length {
             return Err(Error::context_full(format!(
                 "{} tokens do not fit in the context of {} ({} already used)",
                 tokens.len(),
                 c.context_length,
-                cache.len
+                cache.positions()
             )));
         }
         let mut x = self.embed(tokens)?;
@@ -133,7 +163,7 @@ impl<M: Linear> Reference<M> {
         for l in 0..c.n_layers {
             self.layer(l, &mut x, cache, &mut ignore, adapter);
         }
-        cache.len += tokens.len();
+        cache.advance(tokens.len());
         Ok(x)
     }
 
@@ -165,7 +195,7 @@ impl<M: Linear> Reference<M> {
         &self,
         layers: Range<usize>,
         x: &mut [f32],
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         observe: Observer,
     ) {
         for l in layers {
@@ -177,7 +207,7 @@ impl<M: Linear> Reference<M> {
         &self,
         l: usize,
         x: &mut [f32],
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         observe: Observer,
         adapter: Option<&Adapter>,
     ) {
@@ -200,7 +230,7 @@ impl<M: Linear> Reference<M> {
         &self,
         w: &Layer<M>,
         x: &mut [f32],
-        cache: &mut KvCache,
+        cache: &mut impl KvStore,
         at: Matmuls,
         observe: Observer,
     ) {
@@ -222,7 +252,7 @@ impl<M: Linear> Reference<M> {
             c.head_dim,
             c.rope_style,
             &freqs,
-            cache.len,
+            cache.positions(),
         );
         rope(
             &mut k,
@@ -230,10 +260,9 @@ impl<M: Linear> Reference<M> {
             c.head_dim,
             c.rope_style,
             &freqs,
-            cache.len,
+            cache.positions(),
         );
-        cache.k[l].extend_from_slice(&k);
-        cache.v[l].extend_from_slice(&v);
+        cache.append(l, &k, &v);
         let shape = AttnShape {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
@@ -241,8 +270,7 @@ impl<M: Linear> Reference<M> {
             scale: c.attn_scale,
             window: c.window(l),
         };
-        let kv_len = cache.k[l].len() / c.kv_dim();
-        let o = attention(&q, &cache.k[l], &cache.v[l], kv_len, shape);
+        let o = cache.attend(l, &q, shape);
         observe(l, Site::AttentionOutput, &o);
         let mut out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
         if let Some(pn) = &w.post_attn_norm {

@@ -128,7 +128,7 @@ struct GenerateArgs {
     /// Run the plain-Rust f32 reference model (the tests' ground truth).
     #[arg(long, conflicts_with = "cpu")]
     reference: bool,
-    /// KV cache format on the GPU: int8, int4, f16 or f32.
+    /// KV cache format: int8, int4, f16 or f32 on the GPU; f32 or int8 (the others) on the CPU backend.
     #[arg(long, default_value = "int8", value_parser = parse_kv)]
     kv: KvFormat,
     /// Most tokens a conversation may hold on the GPU.

@@ -114,13 +114,13 @@ pub struct PerplexityArgs {
     /// A UTF-8 text file (scripts/fetch-text puts some in texts/).
     #[arg(long)]
     text: PathBuf,
-    /// KV cache format on the GPU.
+    /// KV cache format (GPU: int8, int4, f16, f32; CPU backend: f32, else int8).
     #[arg(long, default_value = "int8", value_parser = super::parse_kv)]
     kv: KvFormat,
     /// A PEFT LoRA adapter folder.
     #[arg(long)]
     adapter: Option<PathBuf>,
-    /// Run on the CPU backend (quantized weights, f32 KV) instead of the GPU.
+    /// Run on the CPU backend (quantized weights; --kv f32, else int8) instead of the GPU.
     #[arg(long)]
     cpu: bool,
     /// Run the f32 CPU reference (f32 KV).
@@ -145,12 +145,13 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
         tokens.truncate(a.max_tokens);
     }
     let t0 = Instant::now();
-    if (a.cpu || a.reference) && a.kv != KvFormat::Int8 && a.kv != KvFormat::F32 {
-        eprintln!("perplexity: --kv applies to the GPU; the CPU keeps f32 keys and values");
+    if a.reference && a.kv != KvFormat::Int8 && a.kv != KvFormat::F32 {
+        eprintln!("perplexity: --kv applies to the GPU and the CPU backend; the reference keeps f32 keys and values");
     }
     let (p, engine) = if a.cpu {
         let so = SessionOptions {
             max_context: a.window,
+            kv: a.kv,
             ..Default::default()
         };
         let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so))?;

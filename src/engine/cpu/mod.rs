@@ -5,29 +5,48 @@
 //! `CpuSession` runs the f32 reference itself (the ground truth of tests).
 
 pub mod dot;
+pub mod kv;
 mod load;
 pub mod matrix;
 
 use super::{Backend, Logits, Want};
 use crate::adapters::Adapter;
 use crate::error::Result;
-use crate::model::{KvCache, Linear, Reference};
+use crate::model::{Linear, Reference};
+use crate::quant::kv::KvFormat;
+use kv::Cache;
 pub use load::load;
 pub use matrix::QMatrix;
 
 /// The model of the CPU backend.
 pub type CpuModel = Reference<QMatrix>;
 
-/// What a CPU conversation keeps between calls: the KV cache (f32), the tokens it
-/// holds and the adapter they were run with (a cache is valid for one adapter).
-#[derive(Default)]
+/// What a CPU conversation keeps between calls: the KV cache (int8 or f32), the tokens
+/// it holds and the adapter they were run with (a cache is valid for one adapter).
 pub struct CpuState {
-    cache: Option<KvCache>,
+    format: KvFormat,
+    cache: Option<Cache>,
     tokens: Vec<u32>,
     adapter: u64,
 }
 
+impl Default for CpuState {
+    fn default() -> Self {
+        Self::new(KvFormat::F32)
+    }
+}
+
 impl CpuState {
+    /// A state whose KV cache is f32 (`KvFormat::F32`) or int8 (any other format).
+    pub fn new(format: KvFormat) -> Self {
+        CpuState {
+            format,
+            cache: None,
+            tokens: Vec::new(),
+            adapter: 0,
+        }
+    }
+
     pub fn clear(&mut self) {
         self.cache = None;
         self.tokens.clear();
@@ -41,11 +60,9 @@ impl CpuState {
         self.tokens.is_empty()
     }
 
-    /// Bytes of the KV cache (f32 keys and values of every layer).
+    /// Bytes of the KV cache (keys, values and their scales, of every layer).
     pub fn kv_bytes(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |c| {
-            c.k.iter().chain(&c.v).map(|l| 4 * l.len() as u64).sum()
-        })
+        self.cache.as_ref().map_or(0, Cache::bytes)
     }
 }
 
@@ -78,13 +95,15 @@ impl<'a, M: Linear> CpuBackend<'a, M> {
     }
 
     fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        let (config, format) = (&self.model.config, self.state.format);
         let cache = self
             .state
             .cache
-            .get_or_insert_with(|| KvCache::new(&self.model.config));
-        let logits = self
-            .model
-            .forward_adapted(cache, tokens, all, self.adapter)?;
+            .get_or_insert_with(|| Cache::new(config, format));
+        let logits = match cache {
+            Cache::F32(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
+            Cache::Int8(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
+        }?;
         self.state.tokens.extend_from_slice(tokens);
         Ok(logits)
     }

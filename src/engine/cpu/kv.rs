@@ -1,0 +1,235 @@
+//! The CPU backend's KV cache: int8 keys and values with one f32 scale per (position,
+//! KV head), as the GPU's default cache (`KvFormat::Int8`), or f32 (`KvCache`, the
+//! reference's). Both grow with the conversation.
+
+use crate::model::reference::{softmax, AttnShape, KvStore};
+use crate::model::{Config, KvCache};
+use crate::quant::kv::KvFormat;
+
+/// One layer's keys and values, `[position][kv head][head dim]`, and their scales
+/// `[position][kv head]`.
+#[derive(Default)]
+struct Layer8 {
+    k: Vec<i8>,
+    v: Vec<i8>,
+    ks: Vec<f32>,
+    vs: Vec<f32>,
+}
+
+pub struct Int8Kv {
+    layers: Vec<Layer8>,
+    kv_heads: usize,
+    head_dim: usize,
+    len: usize,
+}
+
+/// Appends `x` (rows of heads) as int8, each head scaled so its largest value is 127.
+fn quantize(x: &[f32], head_dim: usize, q: &mut Vec<i8>, scales: &mut Vec<f32>) {
+    for head in x.chunks_exact(head_dim) {
+        let amax = head.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        // Ties to even, as the GPU's cache rounds (`quant::kv::round_trip`).
+        q.extend(head.iter().map(|v| (v * id).round_ties_even() as i8));
+        scales.push(d);
+    }
+}
+
+/// `Σ a·b` for f32 `a` and int8 `b`.
+fn dot8(a: &[f32], b: &[i8]) -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        simd::dot8(a, b)
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    {
+        a.iter().zip(b).map(|(x, &y)| x * y as f32).sum()
+    }
+}
+
+/// `y += w·x` for int8 `x`.
+fn axpy8(y: &mut [f32], w: f32, x: &[i8]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    simd::axpy8(y, w, x);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    y.iter_mut().zip(x).for_each(|(a, &b)| *a += w * b as f32);
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd {
+    use core::arch::wasm32::*;
+
+    /// Eight int8 values at `p` as two f32x4.
+    ///
+    /// # Safety
+    /// `p` must point to eight readable bytes.
+    #[inline(always)]
+    unsafe fn widen(p: *const i8) -> (v128, v128) {
+        let w = i16x8_extend_low_i8x16(v128_load64_zero(p as *const u64));
+        (
+            f32x4_convert_i32x4(i32x4_extend_low_i16x8(w)),
+            f32x4_convert_i32x4(i32x4_extend_high_i16x8(w)),
+        )
+    }
+
+    pub fn dot8(a: &[f32], b: &[i8]) -> f32 {
+        let n = a.len().min(b.len());
+        let mut acc = f32x4_splat(0.0);
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: eight values of each slice.
+            unsafe {
+                let (lo, hi) = widen(b.as_ptr().add(i));
+                let pa = a.as_ptr().add(i) as *const v128;
+                let s = f32x4_add(
+                    f32x4_mul(v128_load(pa), lo),
+                    f32x4_mul(v128_load(pa.add(1)), hi),
+                );
+                acc = f32x4_add(acc, s);
+            }
+            i += 8;
+        }
+        let tail: f32 = a[i..n]
+            .iter()
+            .zip(&b[i..n])
+            .map(|(x, &y)| x * y as f32)
+            .sum();
+        f32x4_extract_lane::<0>(acc)
+            + f32x4_extract_lane::<1>(acc)
+            + f32x4_extract_lane::<2>(acc)
+            + f32x4_extract_lane::<3>(acc)
+            + tail
+    }
+
+    pub fn axpy8(y: &mut [f32], w: f32, x: &[i8]) {
+        let n = y.len().min(x.len());
+        let wv = f32x4_splat(w);
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: eight values of each slice.
+            unsafe {
+                let (lo, hi) = widen(x.as_ptr().add(i));
+                let py = y.as_mut_ptr().add(i) as *mut v128;
+                v128_store(py, f32x4_add(v128_load(py), f32x4_mul(wv, lo)));
+                v128_store(
+                    py.add(1),
+                    f32x4_add(v128_load(py.add(1)), f32x4_mul(wv, hi)),
+                );
+            }
+            i += 8;
+        }
+        y[i..n]
+            .iter_mut()
+            .zip(&x[i..n])
+            .for_each(|(a, &b)| *a += w * b as f32);
+    }
+}
+
+impl Int8Kv {
+    pub fn new(c: &Config) -> Self {
+        Self::with_shape(c.n_layers, c.n_kv_heads, c.head_dim)
+    }
+
+    pub fn with_shape(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
+        Int8Kv {
+            layers: (0..layers).map(|_| Layer8::default()).collect(),
+            kv_heads,
+            head_dim,
+            len: 0,
+        }
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+        let (heads, values) = (
+            self.len * self.kv_heads,
+            self.len * self.kv_heads * self.head_dim,
+        );
+        for l in &mut self.layers {
+            l.ks.truncate(heads);
+            l.vs.truncate(heads);
+            l.k.truncate(values);
+            l.v.truncate(values);
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| (l.k.len() + l.v.len() + 4 * (l.ks.len() + l.vs.len())) as u64)
+            .sum()
+    }
+}
+
+impl KvStore for Int8Kv {
+    fn positions(&self) -> usize {
+        self.len
+    }
+
+    fn append(&mut self, l: usize, k: &[f32], v: &[f32]) {
+        let hd = self.head_dim;
+        let layer = &mut self.layers[l];
+        quantize(k, hd, &mut layer.k, &mut layer.ks);
+        quantize(v, hd, &mut layer.v, &mut layer.vs);
+    }
+
+    /// As `reference::attention`, reading each key and value through its scale.
+    fn attend(&self, l: usize, q: &[f32], s: AttnShape) -> Vec<f32> {
+        let layer = &self.layers[l];
+        let (hd, q_dim) = (s.head_dim, s.n_heads * s.head_dim);
+        let kv_len = layer.ks.len() / s.n_kv_heads;
+        let t = q.len() / q_dim;
+        let group = s.n_heads / s.n_kv_heads;
+        let mut out = vec![0f32; q.len()];
+        for (idx, o) in out.chunks_exact_mut(hd).enumerate() {
+            let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
+            let qh = &q[ti * q_dim + h * hd..][..hd];
+            let kvh = h / group;
+            let visible = kv_len - t + ti + 1;
+            let first = visible.saturating_sub(s.window);
+            let at = |p: usize| p * s.n_kv_heads + kvh;
+            let mut scores: Vec<f32> = (first..visible)
+                .map(|p| dot8(qh, &layer.k[at(p) * hd..][..hd]) * layer.ks[at(p)] * s.scale)
+                .collect();
+            softmax(&mut scores);
+            for (p, &w) in (first..).zip(&scores) {
+                axpy8(o, w * layer.vs[at(p)], &layer.v[at(p) * hd..][..hd]);
+            }
+        }
+        out
+    }
+
+    fn advance(&mut self, t: usize) {
+        self.len += t;
+    }
+}
+
+/// A conversation's keys and values in the format asked for: f32, or int8 for every
+/// quantized format (the CPU has no int4/f16 cache).
+pub enum Cache {
+    F32(KvCache),
+    Int8(Int8Kv),
+}
+
+impl Cache {
+    pub fn new(c: &Config, format: KvFormat) -> Cache {
+        match format {
+            KvFormat::F32 => Cache::F32(KvCache::new(c)),
+            _ => Cache::Int8(Int8Kv::new(c)),
+        }
+    }
+
+    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+        match self {
+            Cache::F32(c) => c.truncate(len, kv_dim),
+            Cache::Int8(c) => c.truncate(len),
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Cache::F32(c) => c.k.iter().chain(&c.v).map(|l| 4 * l.len() as u64).sum(),
+            Cache::Int8(c) => c.bytes(),
+        }
+    }
+}
