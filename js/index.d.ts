@@ -68,7 +68,7 @@ export interface LoadOptions {
    * code "NoWebGPU"/"NoAdapter" where there is none; "cpu" never touches WebGPU.
    */
   backend?: "auto" | Backend;
-  /** KV cache format on the GPU (default "int8"; the CPU backend keeps f32). */
+  /** KV cache format (default "int8"; the CPU backend: "f32", else int8). */
   kvCache?: KvCacheFormat;
   /** Most tokens a conversation may hold (default 2048, at most the model's context). */
   maxContext?: number;

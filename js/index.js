@@ -52,9 +52,11 @@ async function probeWebGPU(backend) {
     if (backend === "webgpu") throw new PippinError("NoAdapter", NO_ADAPTER);
     return "noAdapter";
   }
+  // adapter.info is Chrome 127+; isFallbackAdapter was on the adapter itself before.
   const info = adapter.info ?? {};
   const names = `${info.architecture ?? ""} ${info.description ?? ""} ${info.vendor ?? ""}`;
-  const software = Boolean(info.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe/i.test(names);
+  const fallback = Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter);
+  const software = fallback || /swiftshader|llvmpipe|lavapipe/i.test(names);
   return software ? "software" : "hardware";
 }
 
@@ -167,16 +169,17 @@ function cachingStream(cache, url, response, total) {
   const done = async (ok) => {
     if (ok) {
       // The engine may stop before the file's end: the cache gets the rest too.
-      for (;;) if ((await pump()).done) break;
+      for (;;) if (!caching || (await pump()).done) break;
       if (caching && bytes === total) {
-        await writer.close();
-        if (await stored) return;
+        const closed = await writer.close().then(() => true, () => false);
+        if (closed && (await stored)) return;
       }
     }
+    // The copy is lost, never the load: nothing here may throw.
     await writer.abort(new Error("the model did not load")).catch(() => {});
     await reader.cancel().catch(() => {});
     await stored;
-    await cache.delete(url);
+    await cache.delete(url).catch(() => {});
   };
   return { stream, total, done };
 }

@@ -43,6 +43,8 @@ pub struct Window<'s, S> {
     base: u64,
     eof: bool,
     read: u64,
+    /// A `take` is filling the buffer: grow it exactly (see `take`).
+    exact: bool,
 }
 
 impl<'s, S: ByteSource> Window<'s, S> {
@@ -53,6 +55,7 @@ impl<'s, S: ByteSource> Window<'s, S> {
             base: 0,
             eof: false,
             read: 0,
+            exact: false,
         }
     }
 
@@ -71,6 +74,12 @@ impl<'s, S: ByteSource> Window<'s, S> {
         match self.src.next_chunk().await? {
             Some(c) => {
                 self.read += c.len() as u64;
+                // While a tensor is taken, exactly what the chunk needs: `take`
+                // reserved the tensor's bytes, and a chunk running past its end must not
+                // double the buffer (the header, read before, grows by doubling).
+                if self.exact {
+                    self.buf.reserve_exact(c.len());
+                }
                 self.buf.extend_from_slice(&c);
                 Ok(true)
             }
@@ -99,6 +108,21 @@ impl<'s, S: ByteSource> Window<'s, S> {
         // Room for the whole tensor up front: growing by doubling would hold up to
         // twice its size.
         self.buf.reserve_exact(n as usize);
+        self.exact = true;
+        let filled = self.fill_to(start, n, name).await;
+        self.exact = false;
+        filled?;
+        self.base += n;
+        // The tensor keeps the buffer's allocation, trimmed to its size (in place);
+        // the few bytes after it start the next buffer.
+        let rest = self.buf.split_off(n as usize);
+        let mut tensor = std::mem::replace(&mut self.buf, rest);
+        tensor.shrink_to_fit();
+        Ok(tensor)
+    }
+
+    /// Reads until the buffer starts at `start` and holds `n` bytes.
+    async fn fill_to(&mut self, start: u64, n: u64, name: &str) -> Result<()> {
         loop {
             let drop = (start - self.base).min(self.buf.len() as u64) as usize;
             self.buf.drain(..drop);
@@ -112,13 +136,7 @@ impl<'s, S: ByteSource> Window<'s, S> {
                 )));
             }
         }
-        self.base += n;
-        // The tensor keeps the buffer's allocation, trimmed to its size (in place);
-        // the few bytes after it start the next buffer.
-        let rest = self.buf.split_off(n as usize);
-        let mut tensor = std::mem::replace(&mut self.buf, rest);
-        tensor.shrink_to_fit();
-        Ok(tensor)
+        Ok(())
     }
 }
 

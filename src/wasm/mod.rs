@@ -200,22 +200,34 @@ impl Engine {
             ..Default::default()
         };
         let (kind, reason) = choose(opts.backend, opts.webgpu);
-        let core = if kind == BackendKind::Cpu {
-            Core::load_cpu(&mut src, so, &mut progress, reason)
+        // "auto" chose WebGPU but its device does not start: the CPU backend instead
+        // (nothing of the stream has been read yet).
+        let gpu = match kind {
+            BackendKind::Cpu => Err(reason.to_string()),
+            BackendKind::Webgpu => match Gpu::new(Caps::all()).await {
+                Ok(gpu) => Ok(gpu),
+                Err(e) if opts.backend == BackendRequest::Auto => {
+                    Err(format!("WebGPU did not start ({e})"))
+                }
+                Err(e) => return Err(js_err(e)),
+            },
+        };
+        let core = match gpu {
+            Err(why) => Core::load_cpu(&mut src, so, &mut progress, &why)
                 .await
-                .map_err(js_err)?
-        } else {
-            let mut gpu = Gpu::new(Caps::all()).await.map_err(js_err)?;
-            gpu.adapter.software |= opts.software_adapter;
-            let mut core = Core::load(gpu, &mut src, so, &mut progress)
-                .await
-                .map_err(js_err)?;
-            core.set_reason(reason);
-            if let Some(f) = &on_phase {
-                let _ = f.call1(&JsValue::NULL, &"compile".into());
+                .map_err(js_err)?,
+            Ok(mut gpu) => {
+                gpu.adapter.software |= opts.software_adapter;
+                let mut core = Core::load(gpu, &mut src, so, &mut progress)
+                    .await
+                    .map_err(js_err)?;
+                core.set_reason(reason);
+                if let Some(f) = &on_phase {
+                    let _ = f.call1(&JsValue::NULL, &"compile".into());
+                }
+                core.warm().map_err(js_err)?;
+                core
             }
-            core.warm().map_err(js_err)?;
-            core
         };
         let info = serde_json::to_value(Info::of(&core)?)
             .map_err(|e| js_error("Internal", &e.to_string()))?;

@@ -131,7 +131,7 @@ struct GenerateArgs {
     /// KV cache format: int8, int4, f16 or f32 on the GPU; f32 or int8 (the others) on the CPU backend.
     #[arg(long, default_value = "int8", value_parser = parse_kv)]
     kv: KvFormat,
-    /// Most tokens a conversation may hold on the GPU.
+    /// Most tokens a conversation may hold.
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
     /// A PEFT LoRA adapter: a folder with adapter_config.json and adapter_model.safetensors.

@@ -5,6 +5,7 @@
 use crate::model::reference::{softmax, AttnShape, KvStore};
 use crate::model::{Config, KvCache};
 use crate::quant::kv::KvFormat;
+use rayon::prelude::*;
 
 /// One layer's keys and values, `[position][kv head][head dim]`, and their scales
 /// `[position][kv head]`.
@@ -181,21 +182,23 @@ impl KvStore for Int8Kv {
         let t = q.len() / q_dim;
         let group = s.n_heads / s.n_kv_heads;
         let mut out = vec![0f32; q.len()];
-        for (idx, o) in out.chunks_exact_mut(hd).enumerate() {
-            let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
-            let qh = &q[ti * q_dim + h * hd..][..hd];
-            let kvh = h / group;
-            let visible = kv_len - t + ti + 1;
-            let first = visible.saturating_sub(s.window);
-            let at = |p: usize| p * s.n_kv_heads + kvh;
-            let mut scores: Vec<f32> = (first..visible)
-                .map(|p| dot8(qh, &layer.k[at(p) * hd..][..hd]) * layer.ks[at(p)] * s.scale)
-                .collect();
-            softmax(&mut scores);
-            for (p, &w) in (first..).zip(&scores) {
-                axpy8(o, w * layer.vs[at(p)], &layer.v[at(p) * hd..][..hd]);
-            }
-        }
+        out.par_chunks_exact_mut(hd)
+            .enumerate()
+            .for_each(|(idx, o)| {
+                let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
+                let qh = &q[ti * q_dim + h * hd..][..hd];
+                let kvh = h / group;
+                let visible = kv_len - t + ti + 1;
+                let first = visible.saturating_sub(s.window);
+                let at = |p: usize| p * s.n_kv_heads + kvh;
+                let mut scores: Vec<f32> = (first..visible)
+                    .map(|p| dot8(qh, &layer.k[at(p) * hd..][..hd]) * layer.ks[at(p)] * s.scale)
+                    .collect();
+                softmax(&mut scores);
+                for (p, &w) in (first..).zip(&scores) {
+                    axpy8(o, w * layer.vs[at(p)], &layer.v[at(p) * hd..][..hd]);
+                }
+            });
         out
     }
 
