@@ -291,9 +291,13 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 4, "text": text });
     std::fs::write(path.with_extension("expected.json"), expected.to_string()).unwrap();
 
-    // The CPU backend (palettes kept packed, 16-bit activations) on the same file: the
-    // reference's perplexity and text.
-    let mut e = pollster::block_on(Engine::load_file_cpu(path, Default::default())).unwrap();
+    // The CPU backend (palettes kept packed, 16-bit activations, f32 KV as the
+    // reference's) on the same file: the reference's perplexity and text.
+    let cpu_opts = SessionOptions {
+        kv: KvFormat::F32,
+        ..Default::default()
+    };
+    let mut e = pollster::block_on(Engine::load_file_cpu(path, cpu_opts)).unwrap();
     let mut b = e.backend().unwrap();
     let own = pollster::block_on(perplexity(&mut b, &tokens(path, 128), 128, 64)).unwrap();
     assert!(
