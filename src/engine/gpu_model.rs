@@ -10,7 +10,7 @@ use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::stacked::Stacked;
 use crate::kernels::{attention, Kernels};
-use crate::model::weights::{global_specs, layer_specs, locate, Stored, TensorSpec};
+use crate::model::weights::{decodable, roles, Role, TensorSpec};
 use crate::model::Config;
 use crate::quant::{self, gpu_layout};
 use std::collections::HashMap;
@@ -48,50 +48,6 @@ pub struct GpuModel {
 enum Uploaded {
     Matrix(GpuMatrix),
     Vector(wgpu::Buffer, Vec<f32>),
-}
-
-/// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
-#[derive(Clone, Debug)]
-enum Role {
-    Whole(TensorSpec),
-    Indices(TensorSpec, u32, usize),
-    Tables(TensorSpec),
-}
-
-/// The tensors the model needs, by GGUF name, each checked present with its shape
-/// before any upload.
-fn needed(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
-    let all = global_specs(config)
-        .into_iter()
-        .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
-    let mut roles = HashMap::new();
-    for s in all {
-        match locate(gguf, &s)? {
-            Stored::Plain(t) => roles.insert(t.name.clone(), Role::Whole(s)),
-            Stored::Palette {
-                idx,
-                lut,
-                bits,
-                rows_per_lut,
-            } => {
-                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
-                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut))
-            }
-        };
-    }
-    Ok(roles)
-}
-
-fn decodable(t: &TensorInfo) -> Result<()> {
-    if t.ty.can_dequantize() {
-        return Ok(());
-    }
-    Err(Error::unsupported(format!(
-        "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
-        t.name,
-        t.ty,
-        quant::DECODABLE
-    )))
 }
 
 /// GGUF bytes of a matrix read and written to the GPU at once: the heap holds about
@@ -202,7 +158,7 @@ impl GpuModel {
         let gguf = read_streamed_header(&mut w, total, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
-        let roles = needed(&gguf, &config)?;
+        let roles = roles(&gguf, &config)?;
         check(&gguf)?;
         let mut order: Vec<&crate::gguf::TensorInfo> = gguf
             .tensors

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::quant::palette::{self, Palettized};
 use crate::quant::GgmlType;
+use std::collections::HashMap;
 use std::io::{Read, Seek};
 
 /// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`), or a
@@ -356,4 +357,49 @@ impl<M> Taker<M> {
             (_, s) => Err(Error::gguf(format!("{} was read as a matrix", s.name))),
         }
     }
+}
+
+/// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
+#[derive(Clone, Debug)]
+pub enum Role {
+    Whole(TensorSpec),
+    Indices(TensorSpec, u32, usize),
+    Tables(TensorSpec),
+}
+
+/// The tensors the model needs, by GGUF name, each checked present with its shape
+/// before any upload.
+pub fn roles(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
+    let all = global_specs(config)
+        .into_iter()
+        .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
+    let mut roles = HashMap::new();
+    for s in all {
+        match locate(gguf, &s)? {
+            Stored::Plain(t) => roles.insert(t.name.clone(), Role::Whole(s)),
+            Stored::Palette {
+                idx,
+                lut,
+                bits,
+                rows_per_lut,
+            } => {
+                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
+                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut))
+            }
+        };
+    }
+    Ok(roles)
+}
+
+/// A clear error for a tensor type Pippin cannot decode.
+pub fn decodable(t: &TensorInfo) -> Result<()> {
+    if t.ty.can_dequantize() {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
+        t.name,
+        t.ty,
+        crate::quant::DECODABLE
+    )))
 }

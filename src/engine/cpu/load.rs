@@ -5,54 +5,10 @@
 use super::matrix::QMatrix;
 use crate::error::{Error, Result};
 use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, TensorInfo, Window};
-use crate::model::weights::{global_specs, layer_specs, locate, Stored, Tensor, TensorSpec};
+use crate::model::weights::{decodable, roles, Role, Tensor};
 use crate::model::{Config, Reference, Weights};
 use crate::quant;
 use std::collections::HashMap;
-
-/// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.
-enum Role {
-    Whole(TensorSpec),
-    Indices(TensorSpec, u32, usize),
-    Tables(TensorSpec),
-}
-
-fn roles(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
-    let all = global_specs(config)
-        .into_iter()
-        .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
-    let mut roles = HashMap::new();
-    for s in all {
-        match locate(gguf, &s)? {
-            Stored::Plain(t) => {
-                decodable(t)?;
-                roles.insert(t.name.clone(), Role::Whole(s));
-            }
-            Stored::Palette {
-                idx,
-                lut,
-                bits,
-                rows_per_lut,
-            } => {
-                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
-                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut));
-            }
-        }
-    }
-    Ok(roles)
-}
-
-fn decodable(t: &TensorInfo) -> Result<()> {
-    if t.ty.can_dequantize() {
-        return Ok(());
-    }
-    Err(Error::unsupported(format!(
-        "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
-        t.name,
-        t.ty,
-        quant::DECODABLE
-    )))
-}
 
 /// Reads the model from `src`; `check(header)` runs before any weight is read.
 /// The context is capped at `max_context` tokens.
@@ -68,6 +24,12 @@ pub async fn load<S: ByteSource>(
     let mut config = Config::from_gguf(&gguf)?;
     config.context_length = config.context_length.min(max_context.max(1));
     let roles = roles(&gguf, &config)?;
+    // Every plain tensor decodable before any weight is read.
+    for t in &gguf.tensors {
+        if let Some(Role::Whole(_)) = roles.get(&t.name) {
+            decodable(t)?;
+        }
+    }
     check(&gguf)?;
     let mut order: Vec<&TensorInfo> = gguf
         .tensors
