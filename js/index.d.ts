@@ -76,6 +76,9 @@ export interface LoadOptions {
   cache?: boolean;
   /** Where pippin_wasm_bg.wasm is served, when not beside index.js. */
   wasmUrl?: string | URL;
+  /** Where pippin_guided_bg.wasm (guided generation's compiler, fetched on the first
+   * reply with a responseFormat or tools) is served, when not beside pippin_guided.js. */
+  guidedWasmUrl?: string | URL;
   /** Aborting stops the download and the load: it rejects with code "Aborted" (name "AbortError"). */
   signal?: AbortSignal;
 }

@@ -1,7 +1,7 @@
 // Pippin's public JavaScript API: a small layer over the wasm-bindgen engine that
 // adds what JavaScript developers expect — async iterators and ReadableStreams,
 // AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
-import init, { Engine } from "./pippin_wasm.js";
+import init, { Engine, setGuidedLoader } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
@@ -13,11 +13,32 @@ let ready = null;
 
 /** Instantiates the wasm once; a failure (the file not served) is retried next time. */
 function initOnce(wasmUrl) {
-  ready ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined).catch((e) => {
-    ready = null;
-    throw new PippinError("Download", `Loading Pippin's wasm failed (see wasmUrl): ${e.message}`, { cause: e });
-  });
+  ready ??= init(wasmUrl ? { module_or_path: wasmUrl } : undefined)
+    .then(() => setGuidedLoader(loadGuided))
+    .catch((e) => {
+      ready = null;
+      throw new PippinError("Download", `Loading Pippin's wasm failed (see wasmUrl): ${e.message}`, { cause: e });
+    });
   return ready;
+}
+
+let guided = null;
+let guidedWasmUrl;
+
+/** Guided generation's compiler, a second wasm module the engine asks for on its first
+ * guided reply (responseFormat, tools): apps that never constrain a reply never
+ * download it. A failed load is tried again next time. */
+function loadGuided() {
+  guided ??= import("./pippin_guided.js")
+    .then(async (m) => {
+      await m.default(guidedWasmUrl ? { module_or_path: guidedWasmUrl } : undefined);
+      return m;
+    })
+    .catch((e) => {
+      guided = null;
+      throw e;
+    });
+  return guided;
 }
 
 const NO_WEBGPU =
@@ -257,13 +278,14 @@ export class Pippin {
    * Loads a GGUF model, streaming it tensor by tensor: onto the GPU (WebGPU), or into
    * memory for the CPU backend where WebGPU is missing or only a software adapter.
    * @param source a URL, a Response, a Blob/File or a Uint8Array
-   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, signal }
+   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, guidedWasmUrl, signal }
    */
   static async load(source, options = {}) {
     const signal = options.signal;
     if (signal?.aborted) throw loadAborted(signal);
     const webgpu = await probeWebGPU(options.backend ?? "auto");
     await initOnce(options.wasmUrl);
+    if (options.guidedWasmUrl) guidedWasmUrl = options.guidedWasmUrl;
     const progress = options.onProgress;
     progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
     const src = await openSource(source, options);

@@ -120,6 +120,10 @@ export class Pippin {
       signal?.addEventListener("abort", onAbort);
       if (source instanceof Response) source = await source.blob();
       if (source instanceof URL) source = String(source);
+      // The worker resolves URLs against worker-host.js, not the page: send them whole.
+      for (const k of ["wasmUrl", "guidedWasmUrl"]) {
+        if (opts[k]) opts[k] = new URL(opts[k], location.href).href;
+      }
       await conn.call("load", [source, opts], onProgress);
     } catch (e) {
       worker.terminate();

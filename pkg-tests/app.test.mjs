@@ -525,9 +525,13 @@ test("pippin/worker: the same API from a Web Worker", async () => {
 test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, bad formats", async () => {
   const r = await page.evaluate(async () => {
     llm.reset();
+    // Guided generation's compiler is its own wasm, fetched on the first guided reply.
+    const fetched = () => performance.getEntriesByType("resource").filter((e) => e.name.includes("pippin_guided_bg.wasm")).length;
+    const fetchedBefore = fetched();
     const yesNo = { type: "object", properties: { answer: { enum: ["yes", "no"] } }, required: ["answer"], additionalProperties: false };
     const ask = [{ role: "user", content: "Is the sky blue?" }];
     const guided = await llm.chat(ask, { responseFormat: { type: "json_schema", schema: yesNo }, maxTokens: 16 }).text();
+    const fetchedAfter = fetched();
     const completion = await llm.chat.completions.create({
       messages: ask,
       temperature: 0,
@@ -572,8 +576,9 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
       bad = why(e);
     }
     const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
-    return { guided, completion, chunks, plain, toolChunks, followUp, direct, bad, after };
+    return { guided, completion, chunks, plain, toolChunks, followUp, direct, bad, after, fetchedBefore, fetchedAfter, fetchedEnd: fetched() };
   });
+  assert.deepEqual([r.fetchedBefore, r.fetchedAfter, r.fetchedEnd], [0, 1, 1], "the guided module: not before the first guided reply, once after");
   assert.ok(["yes", "no"].includes(JSON.parse(r.guided).answer), r.guided);
   const c = r.completion;
   assert.equal(c.object, "chat.completion");
@@ -628,12 +633,38 @@ test("pippin/worker: guided generation and chat.completions.create", async () =>
   else assert.match(content, /^\{/);
 });
 
+test("pippin/worker: a guided module that cannot be fetched is a Download error, and the model goes on", async () => {
+  const r = await page.evaluate(async (url) => {
+    const w = await WorkerPippin.load(url, { cache: false, guidedWasmUrl: "/missing/pippin_guided_bg.wasm" });
+    const ask = [{ role: "user", content: "Is the sky blue? Answer yes or no." }];
+    let err = null;
+    try {
+      await w.chat(ask, { responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
+    } catch (e) {
+      err = why(e);
+    }
+    const after = await w.generate("The capital of France is", { maxTokens: 2 }).text();
+    await w.dispose();
+    return { err, after };
+  }, MODEL);
+  assert.match(r.err, /^Download: loading Pippin's guided-generation module .* failed/);
+  assert.equal(r.after, " Paris.");
+});
+
 test("npm pack ships the whole package", () => {
   const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
   const files = JSON.parse(out)[0].files.map((f) => f.path);
-  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm", "pippin_guided.js", "pippin_guided_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
+});
+
+test("the engine's wasm is at most 3 MB, without guided generation's compiler", () => {
+  const engine = fs.readFileSync(path.join(root, "pkg/pippin_wasm_bg.wasm"));
+  assert.ok(engine.length <= 3_000_000, `pippin_wasm_bg.wasm is ${engine.length} bytes`);
+  // llguidance's panic locations name its source files wherever its code is linked.
+  assert.ok(!engine.includes("llguidance"), "llguidance is linked into the engine's wasm");
+  assert.ok(fs.readFileSync(path.join(root, "pkg/pippin_guided_bg.wasm")).includes("llguidance"));
 });
 
 test("the page logged no errors but the expected 404", () => {

@@ -2,7 +2,8 @@
 // installed into a small app (bundlers/app) that imports both entries by name, built by
 // Vite, webpack 5 and esbuild, and run by Vite's dev server; each is served and opened
 // in Debian's headless Chromium (WebGPU through SwiftShader), where `pippin` and
-// `pippin/worker` must both generate the reference's greedy tokens.
+// `pippin/worker` must both generate the reference's greedy tokens, and a guided reply
+// (which fetches the lazily loaded guided module).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -40,10 +41,11 @@ function buildAll() {
   sh("npx", ["webpack", "--config", "webpack.config.js"]);
   fs.copyFileSync(path.join(apps, "app/index.html"), path.join(apps, "dist/webpack/index.html"));
   // esbuild does not follow new URL(..., import.meta.url): the worker's host is a
-  // second entry point and the wasm is copied beside the bundles (README, bundlers).
+  // second entry point and the two wasm files are copied beside the bundles (README,
+  // bundlers).
   fs.rmSync(path.join(apps, "dist/esbuild"), { recursive: true, force: true });
   sh("npx", ["esbuild", "app/main.js", "pippin/worker-host.js", "--bundle", "--format=esm", "--outdir=dist/esbuild", "--entry-names=[name]", "--log-level=warning"]);
-  for (const f of ["app/index.html", "node_modules/pippin/pippin_wasm_bg.wasm"]) {
+  for (const f of ["app/index.html", "node_modules/pippin/pippin_wasm_bg.wasm", "node_modules/pippin/pippin_guided_bg.wasm"]) {
     fs.copyFileSync(path.join(apps, f), path.join(apps, "dist/esbuild", path.basename(f)));
   }
 }
@@ -93,7 +95,7 @@ after(async () => {
   if (dev) process.kill(-dev.proc.pid);
 });
 
-/** Opens the app at `url` and waits for its two greedy runs. */
+/** Opens the app at `url` and waits for its two runs (greedy tokens, a guided reply). */
 async function runApp(url) {
   const page = await browser.newPage();
   page.on("console", (m) => m.type() === "error" && consoleErrors.push(`${url}: ${m.text()}`));
@@ -110,16 +112,23 @@ async function runApp(url) {
   }
 }
 
+/** Both entries gave the reference's tokens and a reply the regex allows. */
+function check(r) {
+  assert.equal(r.error, undefined, r.error);
+  for (const entry of ["main", "worker"]) {
+    assert.deepEqual(r[entry].ids, want, entry);
+    assert.match(r[entry].guided, /^(yes|no)$/, entry);
+  }
+}
+
 for (const bundler of ["vite", "webpack", "esbuild"]) {
-  test(`${bundler} build: pippin and pippin/worker generate the reference's greedy tokens`, { timeout: 300_000 }, async () => {
-    const r = await runApp(`${base}/pkg-tests/bundlers/dist/${bundler}/index.html`);
-    assert.deepEqual(r, { main: want, worker: want });
+  test(`${bundler} build: pippin and pippin/worker generate the reference's greedy tokens and a guided reply`, { timeout: 300_000 }, async () => {
+    check(await runApp(`${base}/pkg-tests/bundlers/dist/${bundler}/index.html`));
   });
 }
 
-test("vite dev server: pippin and pippin/worker generate the reference's greedy tokens", { timeout: 300_000 }, async () => {
-  const r = await runApp(`${dev.url}/`);
-  assert.deepEqual(r, { main: want, worker: want });
+test("vite dev server: pippin and pippin/worker generate the reference's greedy tokens and a guided reply", { timeout: 300_000 }, async () => {
+  check(await runApp(`${dev.url}/`));
 });
 
 test("no app logged an error", () => {

@@ -12,6 +12,7 @@ pub mod guided;
 pub mod kernels;
 pub mod memory;
 pub mod model;
+pub mod par;
 pub mod quant;
 pub mod rng;
 pub mod sampler;

@@ -303,7 +303,7 @@ impl Generation {
         opts.sampler.validate().map_err(Error::invalid)?;
         // Before any token: an invalid or unsatisfiable format fails here.
         let guide = match &opts.response_format {
-            Some(f) => grammars.guide(tk, f)?,
+            Some(f) => grammars.guide(tk, f).await?,
             None => None,
         };
         if prompt.is_empty() {

@@ -4,8 +4,6 @@ mod config;
 pub mod linear;
 mod proj;
 pub mod reference;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd;
 pub mod weights;
 
 pub use config::{Activation, Arch, Config, RopeStyle};

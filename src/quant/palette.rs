@@ -5,8 +5,8 @@
 //! kernels read) and `<name>.plut` (the f16 tables); `weights.wgsl` decodes them.
 
 use crate::error::{Error, Result};
+use crate::par::*;
 use half::f16;
-use rayon::prelude::*;
 
 /// A palettized matrix: `indices[row * cols + col]` into the table of its row group.
 #[derive(Clone, Debug, PartialEq)]

@@ -159,6 +159,13 @@ impl Drop for Lease {
     }
 }
 
+/// Sets how the guided-generation module is loaded (js/index.js): `load()` returns a
+/// promise of its initialized exports. Called on the first guided reply only.
+#[wasm_bindgen(js_name = setGuidedLoader)]
+pub fn set_guided_loader(load: js_sys::Function) {
+    crate::guided::set_loader(load);
+}
+
 /// A loaded model. One reply at a time owns it (see `engine::Engine`); other calls
 /// meanwhile are refused, never queued. `stats()` and `info()` answer at any time.
 #[wasm_bindgen]

@@ -11,7 +11,10 @@ async function greedy(P) {
   try {
     const ids = [];
     for await (const c of llm.generate(q.get("prompt"), { maxTokens: Number(q.get("n")) })) if (!c.done) ids.push(c.tokenId);
-    return ids;
+    // Guided generation's compiler is a second wasm module the engine fetches on this
+    // first guided reply: the build must have emitted it (a lazy chunk and its wasm).
+    const guided = await llm.generate("Is Paris in France? Answer yes or no:", { maxTokens: 4, responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
+    return { ids, guided };
   } finally {
     await llm.dispose();
   }

@@ -63,7 +63,7 @@ pub fn guided(e: &mut Engine, max: usize) -> Result<Guided> {
     };
     let t = Instant::now();
     let cache = GrammarCache::default();
-    cache.guide(tk, &format)?;
+    pollster::block_on(cache.guide(tk, &format))?;
     let compile_ms = t.elapsed().as_secs_f64() * 1e3;
     let prompt = tk.encode_chat(
         &[Message::new(
@@ -74,8 +74,7 @@ pub fn guided(e: &mut Engine, max: usize) -> Result<Guided> {
     )?;
     let vocab = tk.vocab_size();
     let new_guide = |e: &Engine| {
-        cache
-            .guide(e.tokenizer(), &format)?
+        pollster::block_on(cache.guide(e.tokenizer(), &format))?
             .ok_or_else(|| Error::invalid("the bench's format is plain text"))
     };
     // A reply to warm up (plans recorded, caches filled), then the two measured.

@@ -87,8 +87,13 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 /// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`), fastest available way.
 pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let Some(v) = simd::dot(ty, row, x) {
-        return v;
+    if let Some(b) = simd_block(ty) {
+        let acts = pippin_simd::blocks::Acts {
+            q: x.q,
+            d: x.d,
+            s: x.s,
+        };
+        return pippin_simd::blocks::dot(b, row, acts);
     }
     dot_scalar(ty, row, x)
 }
@@ -97,12 +102,30 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 /// with SIMD each weight block is unpacked once for up to eight tokens (prefill).
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if out.len() > 1 && simd::dots(ty, row, x, cols, out) {
-        return;
+    if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {
+        let acts = pippin_simd::blocks::Acts {
+            q: &x.q,
+            d: &x.d,
+            s: &x.s,
+        };
+        return pippin_simd::blocks::dots(b, row, acts, cols, out);
     }
     for (t, o) in out.iter_mut().enumerate() {
         *o = dot(ty, row, x.row(t, cols));
     }
+}
+
+/// The formats with a SIMD128 dot product (`pippin-simd`): 4- and 8-bit blocks.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn simd_block(ty: GgmlType) -> Option<pippin_simd::blocks::Block> {
+    use pippin_simd::blocks::Block;
+    Some(match ty {
+        GgmlType::Q4_0 => Block::Q4_0,
+        GgmlType::Q4_1 => Block::Q4_1,
+        GgmlType::Q8_0 => Block::Q8_0,
+        GgmlType::Iq4Nl => Block::Iq4Nl(&crate::quant::dequant::IQ4_NL_LEVELS),
+        _ => return None,
+    })
 }
 
 /// `row · x` in plain loops (the reference of the SIMD versions).
@@ -168,154 +191,6 @@ fn levels(qs: &[u8], x: &[i16]) -> i32 {
 /// f32 dot product (vectorized by LLVM natively, SIMD128 in wasm).
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     crate::model::reference::dot(a, b)
-}
-
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd {
-    use super::{Row, Q16};
-    use crate::quant::GgmlType;
-    use core::arch::wasm32::*;
-    use std::sync::OnceLock;
-
-    /// Every f16 as f32 (256 KB, built on first use): a block's scales are one load
-    /// each instead of a software conversion (wasm has no f16 instructions).
-    type Halves = [f32; 65536];
-
-    fn halves() -> &'static Halves {
-        static TABLE: OnceLock<Box<Halves>> = OnceLock::new();
-        TABLE.get_or_init(|| {
-            let mut t = Box::new([0f32; 65536]);
-            for (h, v) in t.iter_mut().enumerate() {
-                *v = half::f16::from_bits(h as u16).to_f32();
-            }
-            t
-        })
-    }
-
-    #[inline(always)]
-    fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
-        h[u16::from_le_bytes([b[i], b[i + 1]]) as usize]
-    }
-
-    /// A block's 32 weights as four i16x8 lanes (values 0..8, 8..16, 16..24, 24..32),
-    /// its scale d, and the factor of the activations' block sum s in its dot product
-    /// (Q4_0: −8·d, Q4_1: the minimum m, else 0). `None`: no SIMD version.
-    #[inline(always)]
-    fn unpack(h: &Halves, ty: GgmlType, b: &[u8]) -> Option<([v128; 4], f32, f32)> {
-        // SAFETY: every load reads 16 bytes inside the block (`b` is a whole block of
-        // `ty`: loads at offsets 2 and 18 of 34 bytes, 2 of 18, 4 of 20).
-        let load = |at: usize| unsafe { v128_load(b.as_ptr().add(at) as *const v128) };
-        let d = f16_at(h, b, 0);
-        let nibbles = |qs: v128| {
-            let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
-            [
-                u16x8_extend_low_u8x16(lo),
-                u16x8_extend_high_u8x16(lo),
-                u16x8_extend_low_u8x16(hi),
-                u16x8_extend_high_u8x16(hi),
-            ]
-        };
-        let signed = |a: v128, b: v128| {
-            [
-                i16x8_extend_low_i8x16(a),
-                i16x8_extend_high_i8x16(a),
-                i16x8_extend_low_i8x16(b),
-                i16x8_extend_high_i8x16(b),
-            ]
-        };
-        Some(match ty {
-            GgmlType::Q4_0 => (nibbles(load(2)), d, -8.0 * d),
-            GgmlType::Q4_1 => (nibbles(load(4)), d, f16_at(h, b, 2)),
-            GgmlType::Q8_0 => (signed(load(2), load(18)), d, 0.0),
-            GgmlType::Iq4Nl => {
-                let qs = load(2);
-                // SAFETY: the table is 16 bytes.
-                let lut = unsafe {
-                    v128_load(crate::quant::dequant::IQ4_NL_LEVELS.as_ptr() as *const v128)
-                };
-                let lo = i8x16_swizzle(lut, v128_and(qs, u8x16_splat(15)));
-                let hi = i8x16_swizzle(lut, u8x16_shr(qs, 4));
-                (signed(lo, hi), d, 0.0)
-            }
-            _ => return None,
-        })
-    }
-
-    /// The 32 activations of `q` from `at` as four i16x8.
-    #[inline(always)]
-    fn acts(q: &[i16], at: usize) -> [v128; 4] {
-        let x = &q[at..at + 32];
-        // SAFETY: `x` holds 32 i16: four 16-byte loads.
-        unsafe {
-            let p = x.as_ptr() as *const v128;
-            [
-                v128_load(p),
-                v128_load(p.add(1)),
-                v128_load(p.add(2)),
-                v128_load(p.add(3)),
-            ]
-        }
-    }
-
-    /// Σ w·x over a block, as four i32 partial sums.
-    #[inline(always)]
-    fn block_dot(w: &[v128; 4], x: &[v128; 4]) -> v128 {
-        i32x4_add(
-            i32x4_add(i32x4_dot_i16x8(w[0], x[0]), i32x4_dot_i16x8(w[1], x[1])),
-            i32x4_add(i32x4_dot_i16x8(w[2], x[2]), i32x4_dot_i16x8(w[3], x[3])),
-        )
-    }
-
-    /// The SIMD dot of the formats that have one (4- and 8-bit blocks of 32).
-    pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> Option<f32> {
-        let (bytes, h) = (ty.block().1 as usize, halves());
-        let mut acc = f32x4_splat(0.0);
-        let mut extra = 0f32;
-        for (i, b) in row.chunks_exact(bytes).enumerate() {
-            let (w, d, c) = unpack(h, ty, b)?;
-            let sumi = block_dot(&w, &acts(x.q, i * 32));
-            acc = f32x4_add(
-                acc,
-                f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_splat(d * x.d[i])),
-            );
-            extra += c * x.s[i];
-        }
-        Some(sum4(acc) + extra)
-    }
-
-    /// `dots` for up to eight tokens at a time: each block unpacked once per group.
-    pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) -> bool {
-        const GROUP: usize = 8;
-        let (bytes, nb, h) = (ty.block().1 as usize, cols / 32, halves());
-        for (g, outs) in out.chunks_mut(GROUP).enumerate() {
-            let t0 = g * GROUP;
-            let mut acc = [f32x4_splat(0.0); GROUP];
-            let mut extra = [0f32; GROUP];
-            for (i, b) in row.chunks_exact(bytes).enumerate() {
-                let Some((w, d, c)) = unpack(h, ty, b) else {
-                    return false;
-                };
-                for j in 0..outs.len() {
-                    let (t, k) = (t0 + j, (t0 + j) * nb + i);
-                    let sumi = block_dot(&w, &acts(&x.q, t * cols + i * 32));
-                    let scale = f32x4_splat(d * x.d[k]);
-                    acc[j] = f32x4_add(acc[j], f32x4_mul(f32x4_convert_i32x4(sumi), scale));
-                    extra[j] += c * x.s[k];
-                }
-            }
-            for (j, o) in outs.iter_mut().enumerate() {
-                *o = sum4(acc[j]) + extra[j];
-            }
-        }
-        true
-    }
-
-    fn sum4(v: v128) -> f32 {
-        f32x4_extract_lane::<0>(v)
-            + f32x4_extract_lane::<1>(v)
-            + f32x4_extract_lane::<2>(v)
-            + f32x4_extract_lane::<3>(v)
-    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 use super::dot::{self, Q16};
 use crate::error::{Error, Result};
 use crate::model::Linear;
+use crate::par::*;
 use crate::quant::{dequant, palette, GgmlType};
 use half::f16;
-use rayon::prelude::*;
 
 pub enum Storage {
     Ggml {

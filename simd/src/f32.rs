@@ -1,5 +1,4 @@
-//! The f32 loops of the forward pass in wasm SIMD128: the browser build is optimized
-//! for size, where LLVM does not vectorize them (natively it does, from plain loops).
+//! The f32 loops of the forward pass: dot products and `y += a·x`.
 
 use core::arch::wasm32::*;
 

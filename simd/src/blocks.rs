@@ -1,0 +1,175 @@
+//! Dot products of quantized weight rows (blocks of 32) with activations quantized
+//! to 16 bits per block: `i32x4.dot_i16x8_s` on four i16x8 lanes per block, summed
+//! in f32 with the block scales (the engine's `engine::cpu::dot` is the plain-loop
+//! reference, and says why 16 bits).
+
+use core::arch::wasm32::*;
+use std::sync::OnceLock;
+
+/// A weight block format with a SIMD dot product (32 weights per block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// f16 d, 16 bytes of nibbles: w = d·(q − 8).
+    Q4_0,
+    /// f16 d, f16 m, 16 bytes of nibbles: w = d·q + m.
+    Q4_1,
+    /// f16 d, 32 signed bytes: w = d·q.
+    Q8_0,
+    /// f16 d, 16 bytes of nibbles indexing the 16 levels: w = d·levels[q].
+    Iq4Nl(&'static [i8; 16]),
+}
+
+impl Block {
+    /// Bytes per block.
+    pub fn bytes(self) -> usize {
+        match self {
+            Block::Q4_0 | Block::Iq4Nl(_) => 18,
+            Block::Q4_1 => 20,
+            Block::Q8_0 => 34,
+        }
+    }
+}
+
+/// Activations quantized per 32 values (`q ≈ x / d`; `s = d·Σq` per block), one token
+/// after another.
+#[derive(Clone, Copy)]
+pub struct Acts<'a> {
+    pub q: &'a [i16],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+}
+
+/// Every f16 as f32 (256 KB, built on first use): a block's scales are one load
+/// each instead of a software conversion (wasm has no f16 instructions).
+type Halves = [f32; 65536];
+
+fn halves() -> &'static Halves {
+    static TABLE: OnceLock<Box<Halves>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = Box::new([0f32; 65536]);
+        for (h, v) in t.iter_mut().enumerate() {
+            *v = half::f16::from_bits(h as u16).to_f32();
+        }
+        t
+    })
+}
+
+#[inline(always)]
+fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
+    h[u16::from_le_bytes([b[i], b[i + 1]]) as usize]
+}
+
+/// A block's 32 weights as four i16x8 lanes (values 0..8, 8..16, 16..24, 24..32),
+/// its scale d, and the factor of the activations' block sum s in its dot product
+/// (Q4_0: −8·d, Q4_1: the minimum m, else 0).
+#[inline(always)]
+fn unpack(h: &Halves, ty: Block, b: &[u8]) -> ([v128; 4], f32, f32) {
+    // SAFETY: every load reads 16 bytes inside the block (`b` is a whole block of
+    // `ty`: loads at offsets 2 and 18 of 34 bytes, 2 of 18, 4 of 20).
+    let load = |at: usize| unsafe { v128_load(b.as_ptr().add(at) as *const v128) };
+    let d = f16_at(h, b, 0);
+    let nibbles = |qs: v128| {
+        let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
+        [
+            u16x8_extend_low_u8x16(lo),
+            u16x8_extend_high_u8x16(lo),
+            u16x8_extend_low_u8x16(hi),
+            u16x8_extend_high_u8x16(hi),
+        ]
+    };
+    let signed = |a: v128, b: v128| {
+        [
+            i16x8_extend_low_i8x16(a),
+            i16x8_extend_high_i8x16(a),
+            i16x8_extend_low_i8x16(b),
+            i16x8_extend_high_i8x16(b),
+        ]
+    };
+    match ty {
+        Block::Q4_0 => (nibbles(load(2)), d, -8.0 * d),
+        Block::Q4_1 => (nibbles(load(4)), d, f16_at(h, b, 2)),
+        Block::Q8_0 => (signed(load(2), load(18)), d, 0.0),
+        Block::Iq4Nl(levels) => {
+            let qs = load(2);
+            // SAFETY: the table is 16 bytes.
+            let lut = unsafe { v128_load(levels.as_ptr() as *const v128) };
+            let lo = i8x16_swizzle(lut, v128_and(qs, u8x16_splat(15)));
+            let hi = i8x16_swizzle(lut, u8x16_shr(qs, 4));
+            (signed(lo, hi), d, 0.0)
+        }
+    }
+}
+
+/// The 32 activations of `q` from `at` as four i16x8.
+#[inline(always)]
+fn acts(q: &[i16], at: usize) -> [v128; 4] {
+    let x = &q[at..at + 32];
+    // SAFETY: `x` holds 32 i16: four 16-byte loads.
+    unsafe {
+        let p = x.as_ptr() as *const v128;
+        [
+            v128_load(p),
+            v128_load(p.add(1)),
+            v128_load(p.add(2)),
+            v128_load(p.add(3)),
+        ]
+    }
+}
+
+/// Σ w·x over a block, as four i32 partial sums.
+#[inline(always)]
+fn block_dot(w: &[v128; 4], x: &[v128; 4]) -> v128 {
+    i32x4_add(
+        i32x4_add(i32x4_dot_i16x8(w[0], x[0]), i32x4_dot_i16x8(w[1], x[1])),
+        i32x4_add(i32x4_dot_i16x8(w[2], x[2]), i32x4_dot_i16x8(w[3], x[3])),
+    )
+}
+
+/// `row · x` for a row of `ty` blocks and one token's activations.
+pub fn dot(ty: Block, row: &[u8], x: Acts) -> f32 {
+    let (bytes, h) = (ty.bytes(), halves());
+    let mut acc = f32x4_splat(0.0);
+    let mut extra = 0f32;
+    for (i, b) in row.chunks_exact(bytes).enumerate() {
+        let (w, d, c) = unpack(h, ty, b);
+        let sumi = block_dot(&w, &acts(x.q, i * 32));
+        acc = f32x4_add(
+            acc,
+            f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_splat(d * x.d[i])),
+        );
+        extra += c * x.s[i];
+    }
+    sum4(acc) + extra
+}
+
+/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`),
+/// eight tokens at a time: each weight block is unpacked once per eight (prefill).
+pub fn dots(ty: Block, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
+    const GROUP: usize = 8;
+    let (bytes, nb, h) = (ty.bytes(), cols / 32, halves());
+    for (g, outs) in out.chunks_mut(GROUP).enumerate() {
+        let t0 = g * GROUP;
+        let mut acc = [f32x4_splat(0.0); GROUP];
+        let mut extra = [0f32; GROUP];
+        for (i, b) in row.chunks_exact(bytes).enumerate() {
+            let (w, d, c) = unpack(h, ty, b);
+            for j in 0..outs.len() {
+                let (t, k) = (t0 + j, (t0 + j) * nb + i);
+                let sumi = block_dot(&w, &acts(x.q, t * cols + i * 32));
+                let scale = f32x4_splat(d * x.d[k]);
+                acc[j] = f32x4_add(acc[j], f32x4_mul(f32x4_convert_i32x4(sumi), scale));
+                extra[j] += c * x.s[k];
+            }
+        }
+        for (j, o) in outs.iter_mut().enumerate() {
+            *o = sum4(acc[j]) + extra[j];
+        }
+    }
+}
+
+fn sum4(v: v128) -> f32 {
+    f32x4_extract_lane::<0>(v)
+        + f32x4_extract_lane::<1>(v)
+        + f32x4_extract_lane::<2>(v)
+        + f32x4_extract_lane::<3>(v)
+}
