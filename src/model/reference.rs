@@ -406,7 +406,7 @@ pub fn matmul(x: &[f32], w: &[f32], k: usize) -> Vec<f32> {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        pippin_simd::f32::dot(a, b)
+        pippin_cpu_kernels::simd::f32::dot(a, b)
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     {
@@ -478,7 +478,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
 /// `y += a·x`.
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    pippin_simd::f32::axpy(y, a, x);
+    pippin_cpu_kernels::simd::f32::axpy(y, a, x);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     y.iter_mut().zip(x).for_each(|(v, b)| *v += a * b);
 }

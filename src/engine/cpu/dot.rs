@@ -9,7 +9,7 @@
 //! versions are tested against.
 
 use crate::quant::GgmlType;
-use half::f16;
+use pippin_cpu_kernels::Acts;
 
 /// Activations quantized per 32 values: `q ≈ x / d`, and `s = d · Σq` per block
 /// (the offset term of formats with a minimum or a bias).
@@ -80,20 +80,16 @@ pub fn has_int_dot(ty: GgmlType) -> bool {
     )
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
 /// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`), fastest available way.
 pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let Some(b) = simd_block(ty) {
-        let acts = pippin_simd::blocks::Acts {
+        let acts = Acts {
             q: x.q,
             d: x.d,
             s: x.s,
         };
-        return pippin_simd::blocks::dot(b, row, acts);
+        return pippin_cpu_kernels::simd::blocks::dot(b, row, acts);
     }
     dot_scalar(ty, row, x)
 }
@@ -103,22 +99,22 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {
-        let acts = pippin_simd::blocks::Acts {
+        let acts = Acts {
             q: &x.q,
             d: &x.d,
             s: &x.s,
         };
-        return pippin_simd::blocks::dots(b, row, acts, cols, out);
+        return pippin_cpu_kernels::simd::blocks::dots(b, row, acts, cols, out);
     }
     for (t, o) in out.iter_mut().enumerate() {
         *o = dot(ty, row, x.row(t, cols));
     }
 }
 
-/// The formats with a SIMD128 dot product (`pippin-simd`): 4- and 8-bit blocks.
+/// The formats with a SIMD128 dot product (`pippin-cpu-kernels`): 4- and 8-bit blocks.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn simd_block(ty: GgmlType) -> Option<pippin_simd::blocks::Block> {
-    use pippin_simd::blocks::Block;
+fn simd_block(ty: GgmlType) -> Option<pippin_cpu_kernels::simd::blocks::Block> {
+    use pippin_cpu_kernels::simd::blocks::Block;
     Some(match ty {
         GgmlType::Q4_0 => Block::Q4_0,
         GgmlType::Q4_1 => Block::Q4_1,
@@ -128,64 +124,24 @@ fn simd_block(ty: GgmlType) -> Option<pippin_simd::blocks::Block> {
     })
 }
 
-/// `row · x` in plain loops (the reference of the SIMD versions).
+/// `row · x` in plain loops (the reference of the SIMD versions; the browser runs
+/// them for Q5_0 and Q5_1).
 pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Row) -> f32 {
-    let bytes = ty.block().1 as usize;
-    let mut sum = 0f32;
-    for (i, b) in row.chunks_exact(bytes).enumerate() {
-        let xq = &x.q[i * 32..][..32];
-        let (dx, sx) = (x.d[i], x.s[i]);
-        sum += match ty {
-            GgmlType::Q4_0 => f16_at(b, 0) * (dx * nibbles(&b[2..18], xq) as f32 - 8.0 * sx),
-            GgmlType::Q4_1 => f16_at(b, 0) * dx * nibbles(&b[4..20], xq) as f32 + f16_at(b, 2) * sx,
-            GgmlType::Q5_0 => {
-                f16_at(b, 0) * (dx * fives(&b[2..6], &b[6..22], xq) as f32 - 16.0 * sx)
-            }
-            GgmlType::Q5_1 => {
-                f16_at(b, 0) * dx * fives(&b[4..8], &b[8..24], xq) as f32 + f16_at(b, 2) * sx
-            }
-            GgmlType::Q8_0 => {
-                let w = b[2..34].iter().zip(xq);
-                f16_at(b, 0) * dx * w.map(|(&w, &x)| w as i8 as i32 * x as i32).sum::<i32>() as f32
-            }
-            GgmlType::Iq4Nl => f16_at(b, 0) * dx * levels(&b[2..18], xq) as f32,
-            _ => 0.0,
-        };
+    use pippin_cpu_kernels::dots;
+    let acts = Acts {
+        q: x.q,
+        d: x.d,
+        s: x.s,
+    };
+    match ty {
+        GgmlType::Q4_0 => dots::q4_0(row, acts),
+        GgmlType::Q4_1 => dots::q4_1(row, acts),
+        GgmlType::Q5_0 => dots::q5_0(row, acts),
+        GgmlType::Q5_1 => dots::q5_1(row, acts),
+        GgmlType::Q8_0 => dots::q8_0(row, acts),
+        GgmlType::Iq4Nl => dots::iq4_nl(row, acts),
+        _ => 0.0,
     }
-    sum
-}
-
-/// Σ nibble·x: low nibbles are values 0..16, high ones 16..32.
-fn nibbles(qs: &[u8], x: &[i16]) -> i32 {
-    let (x0, x1) = x.split_at(16);
-    qs.iter()
-        .zip(x0.iter().zip(x1))
-        .map(|(&q, (&a, &b))| (q & 15) as i32 * a as i32 + (q >> 4) as i32 * b as i32)
-        .sum()
-}
-
-/// Σ 5-bit value·x: the nibbles plus bit e of `qh` for value e.
-fn fives(qh: &[u8], qs: &[u8], x: &[i16]) -> i32 {
-    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    let mut s = 0;
-    for (j, &q) in qs.iter().enumerate() {
-        let lo = (q & 15) as u32 | ((h >> j) & 1) << 4;
-        let hi = (q >> 4) as u32 | ((h >> (j + 16)) & 1) << 4;
-        s += lo as i32 * x[j] as i32 + hi as i32 * x[j + 16] as i32;
-    }
-    s
-}
-
-/// Σ level(nibble)·x for IQ4_NL.
-fn levels(qs: &[u8], x: &[i16]) -> i32 {
-    use crate::quant::dequant::IQ4_NL_LEVELS as L;
-    let (x0, x1) = x.split_at(16);
-    qs.iter()
-        .zip(x0.iter().zip(x1))
-        .map(|(&q, (&a, &b))| {
-            L[(q & 15) as usize] as i32 * a as i32 + L[(q >> 4) as usize] as i32 * b as i32
-        })
-        .sum()
 }
 
 /// f32 dot product (vectorized by LLVM natively, SIMD128 in wasm).

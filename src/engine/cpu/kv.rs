@@ -40,7 +40,7 @@ fn quantize(x: &[f32], head_dim: usize, q: &mut Vec<i8>, scales: &mut Vec<f32>) 
 fn dot8(a: &[f32], b: &[i8]) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        pippin_simd::int8::dot8(a, b)
+        pippin_cpu_kernels::simd::int8::dot8(a, b)
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     {
@@ -51,7 +51,7 @@ fn dot8(a: &[f32], b: &[i8]) -> f32 {
 /// `y += w·x` for int8 `x`.
 fn axpy8(y: &mut [f32], w: f32, x: &[i8]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    pippin_simd::int8::axpy8(y, w, x);
+    pippin_cpu_kernels::simd::int8::axpy8(y, w, x);
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     y.iter_mut().zip(x).for_each(|(a, &b)| *a += w * b as f32);
 }

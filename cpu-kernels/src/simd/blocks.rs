@@ -1,8 +1,9 @@
 //! Dot products of quantized weight rows (blocks of 32) with activations quantized
 //! to 16 bits per block: `i32x4.dot_i16x8_s` on four i16x8 lanes per block, summed
-//! in f32 with the block scales (the engine's `engine::cpu::dot` is the plain-loop
-//! reference, and says why 16 bits).
+//! in f32 with the block scales (`crate::dots` is the plain-loop reference; the
+//! engine's `engine::cpu::dot` says why 16 bits).
 
+use crate::Acts;
 use core::arch::wasm32::*;
 use std::sync::OnceLock;
 
@@ -28,15 +29,6 @@ impl Block {
             Block::Q8_0 => 34,
         }
     }
-}
-
-/// Activations quantized per 32 values (`q ≈ x / d`; `s = d·Σq` per block), one token
-/// after another.
-#[derive(Clone, Copy)]
-pub struct Acts<'a> {
-    pub q: &'a [i16],
-    pub d: &'a [f32],
-    pub s: &'a [f32],
 }
 
 /// Every f16 as f32 (256 KB, built on first use): a block's scales are one load
