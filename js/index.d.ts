@@ -4,7 +4,8 @@
  * What went wrong, stable across versions (messages are for people and may change):
  * - NoWebGPU: this browser has no WebGPU (or the page is not a secure context)
  * - NoAdapter: WebGPU is there but gave no GPU adapter or device
- * - Download: fetching or reading the model (or an adapter's files) failed
+ * - Download: fetching or reading the model (or an adapter's files) failed, or Pippin's
+ *   own wasm (its guided module, fetched at the first guided reply) could not be fetched
  * - InvalidModel: not a GGUF file, damaged or truncated, or a broken tokenizer
  * - Unsupported: a valid file Pippin cannot run (architecture, tensor type)
  * - DeviceLimits: the model needs more than this GPU allows (buffer size, memory)
