@@ -151,6 +151,35 @@ fn cli_generates_and_reports() {
     );
 }
 
+/// `pippin bench --cpu --json`: the CPU backend's figures, its guided reply included
+/// (the CPU backend gives full logits, which the guided bench masks itself).
+#[test]
+fn cli_bench_on_the_cpu_backend() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
+        .args(["bench", "--cpu", "--json", "--prompt", "8", "--steps", "4"])
+        .args(["--model"])
+        .arg(model_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backend"], "cpu");
+    for k in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    let guided = &v["guided"];
+    assert_eq!(guided["vocab"], 49152);
+    // The schema's reply takes more than a handful of tokens ({"name":"...", ...).
+    assert!(guided["steps"].as_u64().is_some_and(|s| s > 8), "{guided}");
+    assert!(v["memory"]["heap_after_load_bytes"]
+        .as_u64()
+        .is_some_and(|b| b > 90_000_000));
+}
+
 #[test]
 fn cli_errors_are_clear() {
     let out = Command::new(env!("CARGO_BIN_EXE_pippin"))

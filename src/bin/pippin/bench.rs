@@ -5,7 +5,7 @@
 //! steady-state step creates, and the CPU time of a step on wgpu's no-op backend, with
 //! its recorded plan and (the "before") encoded from scratch.
 
-use pippin::engine::{Backend, Engine, GpuModel, SessionOptions, Want};
+use pippin::engine::{AnyBackend, Backend, Engine, GpuModel, SessionOptions, Want};
 use pippin::gpu::Gpu;
 use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use pippin::model::Activation;
@@ -169,24 +169,10 @@ pub struct Rates {
 /// at a time, then pipelined), and the GPU objects the decode steps created, on the
 /// engine's session (its context must hold prompt + steps + 1).
 pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<Rates> {
-    let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
     let gpu_created = e.model()?.gpu.created.clone();
     let mut s = e.backend()?;
-    s.truncate(0);
-    // Warm-up: compiles every pipeline both paths use.
-    pollster::block_on(s.forward(&tokens[..2], greedy()))?;
-    pollster::block_on(s.forward(&tokens[..1], greedy()))?;
-    s.truncate(0);
-    let t = Instant::now();
-    pollster::block_on(s.forward(&tokens, greedy()))?;
-    let prefill = prompt as f64 / t.elapsed().as_secs_f64();
-    let before = gpu_created.load(std::sync::atomic::Ordering::Relaxed);
-    let t = Instant::now();
-    for _ in 0..steps {
-        pollster::block_on(s.forward(&[42], greedy()))?;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let created = gpu_created.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let created = || gpu_created.load(std::sync::atomic::Ordering::Relaxed);
+    let (prefill, decode, created) = prefill_decode(&mut s, prompt, steps, created)?;
     s.truncate(prompt);
     let t = Instant::now();
     s.submit(&[42], greedy())?;
@@ -198,10 +184,42 @@ pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<Rates> {
     let pipelined = steps as f64 / t.elapsed().as_secs_f64();
     Ok(Rates {
         prefill,
-        decode: steps as f64 / secs,
+        decode,
         pipelined,
         created,
     })
+}
+
+/// Prefill and decode tokens/s on any backend (see `model`), and how far `count`
+/// moved during the decode steps.
+fn prefill_decode(
+    s: &mut AnyBackend<'_>,
+    prompt: usize,
+    steps: usize,
+    count: impl Fn() -> u64,
+) -> Result<(f64, f64, u64)> {
+    let tokens: Vec<u32> = (0..prompt as u32).map(|i| 300 + i * 7 % 1000).collect();
+    s.truncate(0);
+    // Warm-up: compiles every pipeline both paths use.
+    pollster::block_on(s.forward(&tokens[..2], greedy()))?;
+    pollster::block_on(s.forward(&tokens[..1], greedy()))?;
+    s.truncate(0);
+    let t = Instant::now();
+    pollster::block_on(s.forward(&tokens, greedy()))?;
+    let prefill = prompt as f64 / t.elapsed().as_secs_f64();
+    let before = count();
+    let t = Instant::now();
+    for _ in 0..steps {
+        pollster::block_on(s.forward(&[42], greedy()))?;
+    }
+    let decode = steps as f64 / t.elapsed().as_secs_f64();
+    Ok((prefill, decode, count() - before))
+}
+
+/// The CPU backend's prefill and decode tokens/s (`pippin bench --cpu`).
+pub fn cpu_model(e: &mut Engine, prompt: usize, steps: usize) -> Result<(f64, f64)> {
+    let (prefill, decode, _) = prefill_decode(&mut e.backend()?, prompt, steps, || 0)?;
+    Ok((prefill, decode))
 }
 
 /// The whole model's figures.

@@ -1,9 +1,9 @@
 //! `pippin bench`'s guided-generation figures: the time to compute each token's mask
 //! (llguidance over the model's vocabulary) in a real JSON Schema reply, and decode
-//! tokens/s with and without the mask, greedy on the engine's GPU session.
+//! tokens/s with and without the mask, greedy on the engine's session (GPU or CPU).
 
 use pippin::engine::{Backend, Engine, Logits, Want};
-use pippin::guided::{GrammarCache, Guide, ResponseFormat};
+use pippin::guided::{allows, GrammarCache, Guide, ResponseFormat};
 use pippin::tokenizer::Message;
 use pippin::{Error, Result};
 use web_time::Instant;
@@ -37,10 +37,14 @@ pub struct Guided {
     pub mask_first_tokens_per_s: f64,
 }
 
-fn first(l: Logits) -> Result<u32> {
+/// The step's greedy token: the GPU's top candidate (masked already), or on the CPU
+/// backend, which gives every logit, the best one `mask` allows.
+fn first(l: Logits, mask: &[u32]) -> Result<u32> {
     match l {
         Logits::Top(c) => c.first().map(|c| c.0),
-        Logits::Full(_) => None,
+        Logits::Full(v) => (0..v.len() as u32)
+            .filter(|&t| allows(mask, t))
+            .max_by(|&a, &b| v[a as usize].total_cmp(&v[b as usize])),
     }
     .ok_or_else(|| Error::invalid("the guided step gave no candidate"))
 }
@@ -109,7 +113,10 @@ fn reply(
     let stops = e.tokenizer().stop_tokens().to_vec();
     let mut b = e.backend()?;
     b.truncate(0);
-    let mut token = first(pollster::block_on(b.forward(prompt, masked(guide.mask())))?)?;
+    let mut token = first(
+        pollster::block_on(b.forward(prompt, masked(guide.mask())))?,
+        guide.mask(),
+    )?;
     let (mut masks, t0) = (Vec::new(), Instant::now());
     let mut steps = 0;
     while steps < max && !stops.contains(&token) {
@@ -129,7 +136,7 @@ fn reply(
             let bits = mask()?;
             pollster::block_on(b.forward(&[token], masked(&bits)))?
         };
-        token = first(step)?;
+        token = first(step, guide.mask())?;
     }
     Ok((steps, t0.elapsed().as_secs_f64(), masks))
 }

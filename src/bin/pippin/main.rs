@@ -61,6 +61,10 @@ enum Cmd {
         /// the tables.
         #[arg(long)]
         json: bool,
+        /// The CPU backend instead of the GPU: prefill and decode tokens/s, memory
+        /// and the guided reply (natively its plain loops, on rayon's threads).
+        #[arg(long)]
+        cpu: bool,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -245,11 +249,21 @@ fn main() {
             .map_err(Error::Io),
         Cmd::Bench {
             model,
+            prompt,
+            steps,
+            kv,
+            json,
+            cpu: true,
+            ..
+        } => run_bench_cpu(&model, prompt, steps, kv, json),
+        Cmd::Bench {
+            model,
             reps,
             prompt,
             steps,
             kv,
             json,
+            cpu: false,
         } => run_bench(&model, reps, prompt, steps, kv, json),
     };
     if let Err(e) = result {
@@ -436,6 +450,51 @@ fn run_bench(
 
 /// The engine on the GPU (every optional feature the adapter has), with a LoRA
 /// adapter folder made active when given.
+/// `pippin bench --cpu`: the CPU backend's speed, memory and guided reply.
+fn run_bench_cpu(
+    path: &std::path::Path,
+    prompt: usize,
+    steps: usize,
+    kv: KvFormat,
+    json: bool,
+) -> Result<()> {
+    let so = SessionOptions {
+        max_context: (prompt + steps + 1).max(128),
+        kv,
+        chunk: 64,
+    };
+    pippin::memory::reset_peak();
+    let before = pippin::memory::heap();
+    let mut engine = pollster::block_on(Engine::load_file_cpu(path, so))?;
+    let (peak, live) = (
+        pippin::memory::heap().peak_bytes - before.live_bytes,
+        pippin::memory::heap().live_bytes - before.live_bytes,
+    );
+    let (prefill, decode) = bench::cpu_model(&mut engine, prompt, steps)?;
+    let guided = bench_guided::guided(&mut engine, 48)?;
+    if json {
+        let v = serde_json::json!({
+            "backend": "cpu",
+            "model": path.display().to_string(),
+            "threads": rayon::current_num_threads(),
+            "prefill_tokens_per_s": prefill,
+            "decode_tokens_per_s": decode,
+            "guided": guided.to_json(),
+            "memory": {"load_heap_peak_bytes": peak, "heap_after_load_bytes": live},
+        });
+        println!("{v:#}");
+        return Ok(());
+    }
+    println!(
+        "CPU backend, {} ({} threads)\nprefill {prefill:.1} tokens/s ({prompt}-token prompt), decode {decode:.1} tokens/s ({steps} steps)\nheap after load {} MB (peak {} MB)\n{guided}",
+        path.display(),
+        rayon::current_num_threads(),
+        live / 1_000_000,
+        peak / 1_000_000,
+    );
+    Ok(())
+}
+
 fn load_engine(
     model: &std::path::Path,
     adapter: Option<&std::path::Path>,
