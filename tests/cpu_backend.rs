@@ -340,42 +340,11 @@ fn context_overflow_is_an_error_and_the_engine_stays_usable() {
     );
 }
 
-/// Int8 attention over `kv_len` positions (the last `t` new), against the f32
-/// reference over the same keys and values rounded as the cache stores them.
-fn int8_attention_matches(t: usize, kv_len: usize, window: usize) {
-    use pippin::engine::cpu::kv::Int8Kv;
-    use pippin::model::reference::{attention, AttnShape, KvStore};
-    use pippin::quant::kv::round_trip;
-    let (heads, kv_heads, hd) = (9, 3, 64);
-    let s = AttnShape {
-        n_heads: heads,
-        n_kv_heads: kv_heads,
-        head_dim: hd,
-        scale: 0.125,
-        window,
-    };
-    let kv_dim = kv_heads * hd;
-    let (k, v) = (values(kv_len * kv_dim, 1), values(kv_len * kv_dim, 2));
-    let q = values(t * heads * hd, 3);
-    let mut cache = Int8Kv::with_shape(1, kv_heads, hd);
-    let split = kv_len - t;
-    cache.append(0, &k[..split * kv_dim], &v[..split * kv_dim]);
-    cache.advance(split);
-    cache.append(0, &k[split * kv_dim..], &v[split * kv_dim..]);
-    cache.advance(t);
-    let round = |x: &[f32]| -> Vec<f32> {
-        x.chunks(hd)
-            .flat_map(|h| round_trip(KvFormat::Int8, h))
-            .collect()
-    };
-    let want = attention(&q, &round(&k), &round(&v), kv_len, s);
-    let what = format!("{t} queries over {kv_len}, window {window}");
-    assert_close(&what, &cache.attend(0, &q, s), &want, 1e-4);
-}
-
 #[test]
 fn int8_attention_reads_keys_and_values_through_their_scales() {
     for (t, kv_len, window) in [(1, 1, usize::MAX), (1, 37, usize::MAX), (5, 40, 8)] {
-        int8_attention_matches(t, kv_len, window);
+        let (got, want) = pippin::testing::int8_attention_case(t, kv_len, window);
+        let what = format!("{t} queries over {kv_len}, window {window}");
+        assert_close(&what, &got, &want, 1e-4);
     }
 }

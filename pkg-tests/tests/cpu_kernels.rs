@@ -113,35 +113,9 @@ fn quantized_matrices_multiply_like_their_dequantized_weights() {
 
 #[wasm_bindgen_test]
 fn int8_attention_in_simd_reads_keys_and_values_through_their_scales() {
-    use pippin::engine::cpu::kv::Int8Kv;
-    use pippin::model::reference::{attention, AttnShape, KvStore};
-    use pippin::quant::kv::{round_trip, KvFormat};
-    let (heads, kv_heads, hd) = (9, 3, 64);
-    let kv_dim = kv_heads * hd;
-    for (t, kv_len, window) in [(1, 37, usize::MAX), (5, 40, 8)] {
-        let s = AttnShape {
-            n_heads: heads,
-            n_kv_heads: kv_heads,
-            head_dim: hd,
-            scale: 0.125,
-            window,
-        };
-        let (k, v) = (values(kv_len * kv_dim, 1), values(kv_len * kv_dim, 2));
-        let q = values(t * heads * hd, 3);
-        let mut cache = Int8Kv::with_shape(1, kv_heads, hd);
-        cache.append(0, &k, &v);
-        cache.advance(kv_len);
-        let round = |x: &[f32]| -> Vec<f32> {
-            x.chunks(hd)
-                .flat_map(|h| round_trip(KvFormat::Int8, h))
-                .collect()
-        };
-        let want = attention(&q, &round(&k), &round(&v), kv_len, s);
-        assert_close(
-            &format!("{t} over {kv_len}"),
-            &cache.attend(0, &q, s),
-            &want,
-            1e-4,
-        );
+    for (t, kv_len, window) in [(1, 1, usize::MAX), (1, 37, usize::MAX), (5, 40, 8)] {
+        let (got, want) = pippin::testing::int8_attention_case(t, kv_len, window);
+        let what = format!("{t} queries over {kv_len}, window {window}");
+        assert_close(&what, &got, &want, 1e-4);
     }
 }

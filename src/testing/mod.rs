@@ -1,12 +1,16 @@
 //! Test support shared by the native tests and the browser's `pkg-tests`: the one
-//! comparison every test uses, and tiny synthetic model files (`synthetic`).
+//! comparison every test uses, tiny synthetic model files (`synthetic`), and cases
+//! both the native and the browser tests run (`int8_attention_case`).
 //!
 //! The one comparison every test uses (here, in `tests/` and in the browser's
 //! `pkg-tests`): NaN- and length-aware, so a kernel that writes NaN, or nothing, can
 //! never pass a tolerance check. `f32::max` drops NaN (`NaN.max(1.0) == 1.0`) and
 //! `zip` stops at the shorter slice; neither is used here.
 
+mod attention;
 pub mod synthetic;
+
+pub use attention::int8_attention_case;
 
 /// The largest |a[i] − b[i]|, or NaN when any pair is NaN or infinite. Panics when the
 /// lengths differ or there is nothing to compare, naming `what`.
