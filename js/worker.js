@@ -120,9 +120,10 @@ export class Pippin {
       signal?.addEventListener("abort", onAbort);
       if (source instanceof Response) source = await source.blob();
       if (source instanceof URL) source = String(source);
-      // The worker resolves URLs against worker-host.js, not the page: send them whole.
+      // The worker resolves URLs against worker-host.js, not the page: send them whole
+      // (resolved as the page's own fetches are, <base href> included).
       for (const k of ["wasmUrl", "guidedWasmUrl"]) {
-        if (opts[k]) opts[k] = new URL(opts[k], location.href).href;
+        if (opts[k]) opts[k] = new URL(opts[k], globalThis.document?.baseURI ?? location.href).href;
       }
       await conn.call("load", [source, opts], onProgress);
     } catch (e) {

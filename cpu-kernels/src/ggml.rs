@@ -10,7 +10,9 @@ pub const IQ4_NL_LEVELS: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
-/// A little-endian f16 at the start of `b`.
+/// A little-endian f16 at the start of `b`. (Inline: `quant::dequant` calls it per
+/// F16 element, across the crate boundary, without LTO natively.)
+#[inline]
 pub fn le_f16(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
 }

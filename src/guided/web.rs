@@ -31,8 +31,10 @@ extern "C" {
     type Compiled;
     #[wasm_bindgen(method, catch)]
     fn guide(this: &Compiled, format: &str) -> std::result::Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, js_name = free)]
-    fn free_compiled(this: &Compiled);
+    // `free` throws if the module trapped (an llguidance panic): caught, not let
+    // through the engine's Drop.
+    #[wasm_bindgen(method, catch, js_name = free)]
+    fn free_compiled(this: &Compiled) -> std::result::Result<(), JsValue>;
 
     /// One reply's parser in the guided module (its `Guide`).
     type Parser;
@@ -42,8 +44,8 @@ extern "C" {
     fn update(this: &Parser) -> std::result::Result<(), JsValue>;
     #[wasm_bindgen(method)]
     fn mask(this: &Parser) -> Vec<u32>;
-    #[wasm_bindgen(method, js_name = free)]
-    fn free_parser(this: &Parser);
+    #[wasm_bindgen(method, catch, js_name = free)]
+    fn free_parser(this: &Parser) -> std::result::Result<(), JsValue>;
 }
 
 thread_local! {
@@ -98,7 +100,8 @@ struct Vocabulary(Compiled);
 
 impl Drop for Vocabulary {
     fn drop(&mut self) {
-        self.0.free_compiled();
+        // Nothing to do if the module cannot free it: it is unusable already.
+        let _ = self.0.free_compiled();
     }
 }
 
@@ -211,6 +214,6 @@ impl Guide {
 
 impl Drop for Guide {
     fn drop(&mut self) {
-        self.parser.free_parser();
+        let _ = self.parser.free_parser();
     }
 }

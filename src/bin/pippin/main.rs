@@ -448,8 +448,6 @@ fn run_bench(
     Ok(())
 }
 
-/// The engine on the GPU (every optional feature the adapter has), with a LoRA
-/// adapter folder made active when given.
 /// `pippin bench --cpu`: the CPU backend's speed, memory and guided reply.
 fn run_bench_cpu(
     path: &std::path::Path,
@@ -495,6 +493,8 @@ fn run_bench_cpu(
     Ok(())
 }
 
+/// The engine on the GPU (every optional feature the adapter has), with a LoRA
+/// adapter folder made active when given.
 fn load_engine(
     model: &std::path::Path,
     adapter: Option<&std::path::Path>,
