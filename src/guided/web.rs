@@ -180,16 +180,6 @@ impl Guide {
         allows(&self.mask, token)
     }
 
-    /// Advances past `token` and computes the next mask; true when the text is
-    /// complete and nothing may follow.
-    pub fn accept(&mut self, token: u32) -> Result<bool> {
-        let complete = self.consume(token)?;
-        if !complete {
-            self.update()?;
-        }
-        Ok(complete)
-    }
-
     /// Advances past `token` without computing the next mask yet (`update` does).
     pub fn consume(&mut self, token: u32) -> Result<bool> {
         let complete = self.parser.consume(token).map_err(grammar_err)?;

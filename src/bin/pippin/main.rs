@@ -380,6 +380,16 @@ fn generate(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The session `pippin bench` measures: room for the prompt and the steps, and for
+/// the guided reply (a chat prompt and up to 48 tokens).
+fn bench_session(prompt: usize, steps: usize, kv: KvFormat) -> SessionOptions {
+    SessionOptions {
+        max_context: (prompt + steps + 1).max(128),
+        kv,
+        chunk: 64,
+    }
+}
+
 fn run_bench(
     path: &std::path::Path,
     reps: usize,
@@ -388,15 +398,9 @@ fn run_bench(
     kv: KvFormat,
     json: bool,
 ) -> Result<()> {
-    let so = SessionOptions {
-        // The guided reply: a chat prompt and up to 48 tokens.
-        max_context: (prompt + steps + 1).max(128),
-        kv,
-        chunk: 64,
-    };
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
-    let mut engine = load_engine(path, None, so)?;
+    let mut engine = load_engine(path, None, bench_session(prompt, steps, kv))?;
     let memory = serde_json::json!({
         "load_heap_peak_bytes": pippin::memory::heap().peak_bytes - before.live_bytes,
         "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
@@ -456,13 +460,9 @@ fn run_bench_cpu(
     kv: KvFormat,
     json: bool,
 ) -> Result<()> {
-    let so = SessionOptions {
-        max_context: (prompt + steps + 1).max(128),
-        kv,
-        chunk: 64,
-    };
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
+    let so = bench_session(prompt, steps, kv);
     let mut engine = pollster::block_on(Engine::load_file_cpu(path, so))?;
     let (peak, live) = (
         pippin::memory::heap().peak_bytes - before.live_bytes,
