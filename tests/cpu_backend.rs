@@ -90,8 +90,11 @@ fn every_format_multiplies_like_its_dequantized_weights() {
 
 #[test]
 fn integer_dot_products_match_f32_for_each_format() {
-    let cols = 96;
-    for (i, ty) in FORMATS.into_iter().filter(|t| has_int_dot(*t)).enumerate() {
+    // Every 32-block and K-quant format (a K-quant row is super-blocks of 256).
+    let ints = FORMATS.into_iter().filter(|t| has_int_dot(*t));
+    assert_eq!(ints.clone().count(), 11);
+    for (i, ty) in ints.enumerate() {
+        let cols = 3 * (ty.block().0 as usize).max(32);
         let bytes = random_blocks(ty, cols, 40 + i as u64);
         let w = dequantize(ty, &bytes, cols).unwrap();
         let x = activations(1, cols, 50 + i as u64);
@@ -100,6 +103,39 @@ fn integer_dot_products_match_f32_for_each_format() {
         let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
         let tol = 1e-4 * magnitude(&x, &w, cols);
         assert!((got - want).abs() <= tol, "{ty}: {got} vs {want}");
+    }
+}
+
+/// K-quant super-blocks at their extremes (every byte 0x00, 0x7f, 0x80 or 0xff, so
+/// the largest weights and scales of either sign, scales 1.0) times activations that
+/// all quantize to ±32767: the integer sums must not overflow.
+#[test]
+fn kquant_dot_products_hold_at_the_extremes() {
+    let one = half::f16::from_f32(1.0).to_le_bytes();
+    let kquants = [
+        (GgmlType::Q2K, &[80, 82][..]),
+        (GgmlType::Q3K, &[108][..]),
+        (GgmlType::Q4K, &[0, 2][..]),
+        (GgmlType::Q5K, &[0, 2][..]),
+        (GgmlType::Q6K, &[208][..]),
+    ];
+    for (ty, scales) in kquants {
+        for fill in [0x00u8, 0x7f, 0x80, 0xff] {
+            let mut b = vec![fill; ty.block().1 as usize * 2];
+            for at in scales.iter().flat_map(|&a| [a, a + ty.block().1 as usize]) {
+                b[at..at + 2].copy_from_slice(&one);
+            }
+            let w = dequantize(ty, &b, 512).unwrap();
+            for sign in [1.0f32, -1.0] {
+                let x: Vec<f32> = (0..512)
+                    .map(|i| if i % 3 == 0 { sign } else { 1.0 })
+                    .collect();
+                let got = dot_scalar(ty, &b, Q16::quantize(&x).row(0, 512));
+                let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+                let tol = 1e-4 * magnitude(&x, &w, 512);
+                assert!((got - want).abs() <= tol, "{ty} {fill:#x}: {got} vs {want}");
+            }
+        }
     }
 }
 

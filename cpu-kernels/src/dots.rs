@@ -1,8 +1,7 @@
 //! `row · x` for a row of GGML blocks of 32 weights and one token's activations
 //! quantized to 16 bits (`Acts`): integer products summed per block, scaled in f32
 //! (llama.cpp's `vec_dot_*_q8` with 16-bit activations). Plain loops: natively LLVM
-//! vectorizes them; in the browser they run for Q5_0 and Q5_1, and are the reference
-//! `simd::blocks` is tested against.
+//! vectorizes them; they are the reference `simd::blocks` is tested against.
 
 use crate::ggml::{le_f16, IQ4_NL_LEVELS};
 use crate::Acts;

@@ -6,13 +6,16 @@
 //!
 //! - `ggml`: GGML's block formats decoded to f32, exactly as ggml does (all targets).
 //! - `dots`: integer dot products of 4-, 5- and 8-bit rows with 16-bit activations in
-//!   plain loops (all targets; in the browser for Q5_0 and Q5_1).
+//!   plain loops (all targets; the reference of `simd::blocks`).
+//! - `kquants`: integer dot products of K-quant super-blocks (Q2_K…Q6_K) with 16-bit
+//!   activations in plain loops (all targets; the reference of `simd::kquants`).
 //! - `simd`: quantized block dot products, int8 attention and f32 dot/axpy in wasm
 //!   SIMD128 (only there; elsewhere the engine's plain loops run, the reference these
 //!   are tested against in `pkg-tests`).
 
 pub mod dots;
 pub mod ggml;
+pub mod kquants;
 
 /// Activations quantized per 32 values (`q ≈ x / d`; `s = d·Σq` per block), one token
 /// after another.
@@ -28,4 +31,5 @@ pub mod simd {
     pub mod blocks;
     pub mod f32;
     pub mod int8;
+    pub mod kquants;
 }

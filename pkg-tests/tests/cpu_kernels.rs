@@ -39,10 +39,18 @@ fn simd_integer_dots_equal_the_plain_loops() {
         GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Iq4Nl,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
     ];
     for (i, ty) in formats.into_iter().enumerate() {
         assert!(has_int_dot(ty));
-        for cols in [32, 96, 576] {
+        // One block, a few, and a row of the default model's width; K-quants in
+        // super-blocks of 256.
+        let per = ty.block().0 as usize;
+        for cols in [per, 3 * per, 576usize.next_multiple_of(per)] {
             let bytes = random_blocks(ty, cols, 3 + i as u64);
             let w = dequantize(ty, &bytes, cols).unwrap();
             let x = values(cols, 11 + i as u64);
@@ -90,11 +98,18 @@ fn simd_integer_dots_equal_the_plain_loops() {
 
 #[wasm_bindgen_test]
 fn quantized_matrices_multiply_like_their_dequantized_weights() {
-    for (i, ty) in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::F16]
-        .into_iter()
-        .enumerate()
-    {
-        let (rows, cols, t) = (67, 256, 3);
+    let formats = [
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+        GgmlType::F16,
+    ];
+    for (i, ty) in formats.into_iter().enumerate() {
+        let (rows, cols, t) = (67, 512, 11);
         let bytes = random_blocks(ty, rows * cols, 20 + i as u64);
         let w = dequantize(ty, &bytes, rows * cols).unwrap();
         let m = QMatrix::ggml(ty, rows, cols, bytes).unwrap();

@@ -42,6 +42,26 @@ fn all_f32(_: &str) -> GgmlType {
     GgmlType::F32
 }
 
+const AFM_LAYERS: usize = 30;
+
+/// llama.cpp's `Q4_K_M` mix: Q4_K everywhere but the (tied) embedding and, on the
+/// first and last eighth of the layers and every third between, `attn_v` and
+/// `ffn_down`, which take Q6_K (its `use_more_bits`).
+fn afm_q4_k_m(name: &str) -> GgmlType {
+    let layer = name.strip_prefix("blk.").and_then(|r| r.split('.').next());
+    let more_bits = |i: usize| {
+        let n = AFM_LAYERS;
+        i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+    };
+    match layer.and_then(|l| l.parse::<usize>().ok()) {
+        _ if name == "token_embd.weight" => GgmlType::Q6K,
+        Some(i) if more_bits(i) && (name.contains("attn_v") || name.contains("ffn_down")) => {
+            GgmlType::Q6K
+        }
+        _ => GgmlType::Q4K,
+    }
+}
+
 impl Spec {
     pub fn llama() -> Spec {
         Spec {
@@ -83,6 +103,32 @@ impl Spec {
             ..Spec::llama()
         }
         .with_tokenizer()
+    }
+
+    /// AFM-on-device's shape (~3.2B parameters: hidden 3072, 24 query heads, 8 KV
+    /// heads of 128, FFN 8192, 30 layers, a tied embedding) as a `Q4_K_M` mix of
+    /// random valid blocks (`afm_q4_k_m`), with `tokenizer`'s vocabulary and keys (a
+    /// real model's `tokenizer.*` metadata): ~1.9 GB, for benchmarks at that size.
+    pub fn afm(tokenizer: &crate::gguf::Metadata) -> Spec {
+        let keys = tokenizer
+            .iter()
+            .filter(|(k, _)| k.starts_with("tokenizer."));
+        let mut extra: Vec<(String, Value)> = keys.map(|(k, v)| (k.into(), v.clone())).collect();
+        extra.push(("llama.context_length".into(), Value::U32(8192)));
+        Spec {
+            layers: AFM_LAYERS,
+            hidden: 3072,
+            heads: 24,
+            kv_heads: 8,
+            head_dim: 128,
+            ffn: 8192,
+            vocab: tokenizer
+                .strings("tokenizer.ggml.tokens")
+                .map_or(0, |t| t.len()),
+            extra,
+            ty: afm_q4_k_m,
+            ..Spec::llama()
+        }
     }
 
     /// With a byte-level BPE tokenizer of `vocab` tokens ("t0", "t1", ...; no

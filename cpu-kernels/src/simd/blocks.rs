@@ -16,6 +16,10 @@ pub enum Block {
     Q4_1,
     /// f16 d, 32 signed bytes: w = d·q.
     Q8_0,
+    /// f16 d, 32 bits qh, 16 bytes of nibbles: w = d·(q − 16), bit e of qh q's fifth.
+    Q5_0,
+    /// f16 d, f16 m, 32 bits qh, 16 bytes of nibbles: w = d·q + m.
+    Q5_1,
     /// f16 d, 16 bytes of nibbles indexing the 16 levels: w = d·levels[q].
     Iq4Nl(&'static [i8; 16]),
 }
@@ -27,6 +31,8 @@ impl Block {
             Block::Q4_0 | Block::Iq4Nl(_) => 18,
             Block::Q4_1 => 20,
             Block::Q8_0 => 34,
+            Block::Q5_0 => 22,
+            Block::Q5_1 => 24,
         }
     }
 }
@@ -51,15 +57,43 @@ fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
     h[u16::from_le_bytes([b[i], b[i + 1]]) as usize]
 }
 
+/// Bit e of the 32-bit `qh` at `b[at..]` as 16 in byte e of two i8x16 (values 0..16
+/// and 16..32): each byte of qh is copied to eight lanes, each lane keeps its own bit.
+#[inline(always)]
+fn fifth_bits(b: &[u8], at: usize) -> (v128, v128) {
+    let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let v = u32x4_splat(qh);
+    let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let spread = |lo: u8, hi: u8| {
+        let sel = u8x16(
+            lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi,
+        );
+        let set = i8x16_ne(v128_and(i8x16_swizzle(v, sel), bits), u8x16_splat(0));
+        v128_and(set, u8x16_splat(16))
+    };
+    (spread(0, 1), spread(2, 3))
+}
+
 /// A block's 32 weights as four i16x8 lanes (values 0..8, 8..16, 16..24, 24..32),
 /// its scale d, and the factor of the activations' block sum s in its dot product
-/// (Q4_0: −8·d, Q4_1: the minimum m, else 0).
+/// (Q4_0: −8·d, Q5_0: −16·d, Q4_1 and Q5_1: the minimum m, else 0).
 #[inline(always)]
 fn unpack(h: &Halves, ty: Block, b: &[u8]) -> ([v128; 4], f32, f32) {
     // SAFETY: every load reads 16 bytes inside the block (`b` is a whole block of
-    // `ty`: loads at offsets 2 and 18 of 34 bytes, 2 of 18, 4 of 20).
+    // `ty`: loads at offsets 2 and 18 of 34 bytes, 2 of 18, 4 of 20, 6 of 22, 8 of
+    // 24).
     let load = |at: usize| unsafe { v128_load(b.as_ptr().add(at) as *const v128) };
     let d = f16_at(h, b, 0);
+    let fives = |qs: v128, (h0, h1): (v128, v128)| {
+        let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
+        let (lo, hi) = (v128_or(lo, h0), v128_or(hi, h1));
+        [
+            u16x8_extend_low_u8x16(lo),
+            u16x8_extend_high_u8x16(lo),
+            u16x8_extend_low_u8x16(hi),
+            u16x8_extend_high_u8x16(hi),
+        ]
+    };
     let nibbles = |qs: v128| {
         let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
         [
@@ -81,6 +115,8 @@ fn unpack(h: &Halves, ty: Block, b: &[u8]) -> ([v128; 4], f32, f32) {
         Block::Q4_0 => (nibbles(load(2)), d, -8.0 * d),
         Block::Q4_1 => (nibbles(load(4)), d, f16_at(h, b, 2)),
         Block::Q8_0 => (signed(load(2), load(18)), d, 0.0),
+        Block::Q5_0 => (fives(load(6), fifth_bits(b, 2)), d, -16.0 * d),
+        Block::Q5_1 => (fives(load(8), fifth_bits(b, 4)), d, f16_at(h, b, 2)),
         Block::Iq4Nl(levels) => {
             let qs = load(2);
             // SAFETY: the table is 16 bytes.

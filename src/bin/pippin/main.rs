@@ -89,6 +89,14 @@ enum Cmd {
     /// Write the large synthetic model the memory tests load (~500 MB, random
     /// weights, a vocabulary of "t0".."t99999").
     MakeLarge { out: PathBuf },
+    /// Write a ~3.2B-parameter Q4_K_M model of AFM-on-device's shape (random valid
+    /// K-quant blocks, ~1.9 GB) with the vocabulary and tokenizer of `--vocab-from`,
+    /// for benchmarks at that size without a model hub.
+    MakeAfm {
+        out: PathBuf,
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        vocab_from: PathBuf,
+    },
     /// Palettize a model (AFM-style 2/4-bit lookup tables) into a new GGUF.
     Convert(quality::ConvertArgs),
     /// Token-level perplexity of a model over a text (sliding window).
@@ -247,6 +255,12 @@ fn main() {
         Cmd::MakeLarge { out } => pippin::testing::synthetic::Spec::large()
             .write(&out)
             .map_err(Error::Io),
+        Cmd::MakeAfm { out, vocab_from } => {
+            pippin::gguf::Gguf::open(&vocab_from).and_then(|(gguf, _)| {
+                let spec = pippin::testing::synthetic::Spec::afm(&gguf.metadata);
+                spec.write(&out).map_err(Error::Io)
+            })
+        }
         Cmd::Bench {
             model,
             prompt,

@@ -4,11 +4,14 @@
 //! 16-bit lanes (`i32x4.dot_i16x8_s`) whichever width the activations have, so 8-bit
 //! ones would save no work here, while 16-bit ones keep the logits within 1e-2 of the
 //! f32 reference (8-bit ones move them by up to ~1, enough to flip near-tie greedy
-//! tokens). With SIMD128 (the package build) the 4- and 8-bit formats use 128-bit
-//! lanes; elsewhere the same arithmetic in plain loops, the reference the SIMD
-//! versions are tested against.
+//! tokens). The K-quants (super-blocks of 256 with sub-block scales) apply their
+//! integer scales and minimums per 16 or 32 values and f32 once per activation block
+//! (`pippin_cpu_kernels::kquants`). With SIMD128 (the package build) the 4- and 8-bit
+//! blocks and the K-quants use 128-bit lanes; elsewhere the same arithmetic in plain
+//! loops, the reference the SIMD versions are tested against.
 
 use crate::quant::GgmlType;
+use pippin_cpu_kernels::kquants::KQuant;
 use pippin_cpu_kernels::Acts;
 
 /// Activations quantized per 32 values: `q ≈ x / d`, and `s = d · Σq` per block
@@ -49,6 +52,15 @@ impl Q16 {
         out
     }
 
+    /// Every token's activations, as the kernels take them.
+    pub fn acts(&self) -> Acts<'_> {
+        Acts {
+            q: &self.q,
+            d: &self.d,
+            s: &self.s,
+        }
+    }
+
     /// Token `token`'s row of `cols` values.
     pub fn row(&self, token: usize, cols: usize) -> Row<'_> {
         let (b, n) = (token * cols / 32, cols / 32);
@@ -67,51 +79,77 @@ pub struct Row<'a> {
     pub s: &'a [f32],
 }
 
-/// Formats with an integer dot product.
+impl<'a> Row<'a> {
+    fn acts(self) -> Acts<'a> {
+        Acts {
+            q: self.q,
+            d: self.d,
+            s: self.s,
+        }
+    }
+}
+
+/// Formats with an integer dot product: the blocks of 32 and the K-quants.
 pub fn has_int_dot(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q5_0
-            | GgmlType::Q5_1
-            | GgmlType::Q8_0
-            | GgmlType::Iq4Nl
-    )
+    kquant(ty).is_some()
+        || matches!(
+            ty,
+            GgmlType::Q4_0
+                | GgmlType::Q4_1
+                | GgmlType::Q5_0
+                | GgmlType::Q5_1
+                | GgmlType::Q8_0
+                | GgmlType::Iq4Nl
+        )
+}
+
+/// The K-quant formats (super-blocks of 256: `pippin_cpu_kernels::kquants`).
+fn kquant(ty: GgmlType) -> Option<KQuant> {
+    Some(match ty {
+        GgmlType::Q2K => KQuant::Q2K,
+        GgmlType::Q3K => KQuant::Q3K,
+        GgmlType::Q4K => KQuant::Q4K,
+        GgmlType::Q5K => KQuant::Q5K,
+        GgmlType::Q6K => KQuant::Q6K,
+        _ => return None,
+    })
 }
 
 /// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`), fastest available way.
 pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let Some(b) = simd_block(ty) {
-        let acts = Acts {
-            q: x.q,
-            d: x.d,
-            s: x.s,
-        };
-        return pippin_cpu_kernels::simd::blocks::dot(b, row, acts);
+    {
+        if let Some(b) = simd_block(ty) {
+            return pippin_cpu_kernels::simd::blocks::dot(b, row, x.acts());
+        }
+        if let Some(k) = kquant(ty) {
+            return pippin_cpu_kernels::simd::kquants::dot(k, row, x.acts());
+        }
     }
     dot_scalar(ty, row, x)
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
-/// with SIMD each weight block is unpacked once for up to eight tokens (prefill).
+/// each K-quant super-block is unpacked once for up to eight tokens (prefill), and with
+/// SIMD each block of 32 too.
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
+    if let (true, Some(k)) = (out.len() > 1, kquant(ty)) {
+        let acts = x.acts();
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return pippin_cpu_kernels::simd::kquants::dots(k, row, acts, cols, out);
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+        return pippin_cpu_kernels::kquants::dots(k, row, acts, cols, out);
+    }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {
-        let acts = Acts {
-            q: &x.q,
-            d: &x.d,
-            s: &x.s,
-        };
-        return pippin_cpu_kernels::simd::blocks::dots(b, row, acts, cols, out);
+        return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), cols, out);
     }
     for (t, o) in out.iter_mut().enumerate() {
         *o = dot(ty, row, x.row(t, cols));
     }
 }
 
-/// The formats with a SIMD128 dot product (`pippin-cpu-kernels`): 4- and 8-bit blocks.
+/// The blocks of 32 with a SIMD128 dot product (`pippin-cpu-kernels`): all of them.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn simd_block(ty: GgmlType) -> Option<pippin_cpu_kernels::simd::blocks::Block> {
     use pippin_cpu_kernels::simd::blocks::Block;
@@ -119,20 +157,20 @@ fn simd_block(ty: GgmlType) -> Option<pippin_cpu_kernels::simd::blocks::Block> {
         GgmlType::Q4_0 => Block::Q4_0,
         GgmlType::Q4_1 => Block::Q4_1,
         GgmlType::Q8_0 => Block::Q8_0,
+        GgmlType::Q5_0 => Block::Q5_0,
+        GgmlType::Q5_1 => Block::Q5_1,
         GgmlType::Iq4Nl => Block::Iq4Nl(&crate::quant::dequant::IQ4_NL_LEVELS),
         _ => return None,
     })
 }
 
-/// `row · x` in plain loops (the reference of the SIMD versions; the browser runs
-/// them for Q5_0 and Q5_1).
+/// `row · x` in plain loops (the reference of the SIMD versions).
 pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Row) -> f32 {
     use pippin_cpu_kernels::dots;
-    let acts = Acts {
-        q: x.q,
-        d: x.d,
-        s: x.s,
-    };
+    let acts = x.acts();
+    if let Some(k) = kquant(ty) {
+        return pippin_cpu_kernels::kquants::dot(k, row, acts);
+    }
     match ty {
         GgmlType::Q4_0 => dots::q4_0(row, acts),
         GgmlType::Q4_1 => dots::q4_1(row, acts),
