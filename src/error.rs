@@ -40,8 +40,8 @@ pub enum Error {
     #[error("GPU: {0}")]
     NoAdapter(String),
     /// The model needs more than this device allows (a buffer over its limits, out of
-    /// GPU memory).
-    #[error("GPU: {0}")]
+    /// GPU memory, over the CPU backend's memory). The message says which.
+    #[error("{0}")]
     DeviceLimits(String),
     /// The device was lost (driver reset, tab in the background too long): load again.
     #[error("GPU: {0}")]

@@ -74,6 +74,7 @@ fn session() -> GpuSession {
             max_context: 64,
             kv: KvFormat::F32,
             chunk: 64,
+            cpu_memory: None,
         },
     )
     .unwrap()

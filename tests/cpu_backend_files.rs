@@ -107,3 +107,50 @@ fn every_requantized_fixture_matches_the_f32_reference() {
         }
     }
 }
+
+/// A reader that counts the bytes read through it.
+struct Counting<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1.set(self.1.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// A model over the CPU backend's memory is refused from its header, with the sizes,
+/// before its weights are read; under the limit it loads.
+#[test]
+fn a_model_over_the_cpu_memory_is_refused_before_its_weights_are_read() {
+    use pippin::engine::{Engine, SessionOptions};
+    let path = common::model_path();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let load = |limit: u64| {
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let file = Counting(std::fs::File::open(&path).unwrap(), read.clone());
+        let mut src = pippin::gguf::ReadSource {
+            reader: file,
+            len: Some(len),
+        };
+        let so = SessionOptions {
+            max_context: 2048,
+            cpu_memory: Some(limit),
+            ..Default::default()
+        };
+        let e = pollster::block_on(Engine::load_cpu(&mut src, so, &mut |_, _| {}, "test"));
+        (e, read.get())
+    };
+    let (e, read) = load(60_000_000);
+    let err = e.err().expect("refused");
+    assert_eq!(err.code(), "DeviceLimits");
+    let msg = err.to_string();
+    // Weights as stored (97 MB: the file less its header), the int8 KV cache at
+    // 2,048 tokens: 30 layers × 2,048 × 2 × (3 × 64 + 3 × 4) bytes = 25.07 MB.
+    assert!(msg.contains("97 MB of weights"), "{msg}");
+    assert!(msg.contains("26 MB of KV cache"), "{msg}");
+    assert!(msg.contains("60 MB"), "{msg}");
+    assert!(read < len / 10, "{read} of {len} bytes were read");
+    let (e, _) = load(400_000_000);
+    assert!(e.is_ok());
+}

@@ -39,6 +39,7 @@ fn session(kv: KvFormat, chunk: usize) -> GpuSession {
             max_context: 256,
             kv,
             chunk,
+            cpu_memory: None,
         },
     )
     .unwrap()
@@ -64,6 +65,7 @@ fn teacher_forced_like_the_cpu(m: &GpuModel, fused: bool) {
         max_context: 256,
         kv: KvFormat::F32,
         chunk: 64,
+        cpu_memory: None,
     };
     let mut gpu = GpuSession::new(m, opts).unwrap();
     gpu.set_fused(fused);
@@ -209,6 +211,7 @@ fn context_overflow_is_an_error_and_the_session_stays_usable() {
             max_context: 8,
             kv: KvFormat::Int8,
             chunk: 64,
+            cpu_memory: None,
         },
     )
     .unwrap();
@@ -266,6 +269,7 @@ fn streamed_upload_in_odd_chunks_gives_the_same_model() {
             max_context: 64,
             kv: KvFormat::F32,
             chunk: 64,
+            cpu_memory: None,
         },
     )
     .unwrap();
@@ -315,6 +319,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
             max_context: 32,
             kv: KvFormat::Int8,
             chunk: 64,
+            cpu_memory: None,
         },
     )
     .unwrap();
@@ -333,6 +338,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
             max_context: 32,
             kv: KvFormat::Int8,
             chunk: 64,
+            cpu_memory: None,
         },
     )
     .unwrap();
@@ -357,6 +363,7 @@ fn decode_steps_create_nothing_and_equal_the_immediate_path() {
         max_context: 256,
         kv: KvFormat::F32,
         chunk: 64,
+        cpu_memory: None,
     };
     let mut s = GpuSession::new(m, opts).unwrap();
     s.warm(m).unwrap();

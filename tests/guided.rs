@@ -438,6 +438,7 @@ fn gpu_mask_picks_what_the_cpu_mask_picks() {
             max_context: 256,
             kv: KvFormat::F32,
             chunk: 64,
+            cpu_memory: None,
         };
         GpuSession::new(m, o).unwrap()
     };

@@ -36,6 +36,7 @@ fn session(max_context: usize) -> GpuSession {
         max_context,
         kv: KvFormat::Int8,
         chunk: 64,
+        cpu_memory: None,
     };
     GpuSession::new(&model().0, opts).unwrap()
 }

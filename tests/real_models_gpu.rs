@@ -32,6 +32,7 @@ fn session(m: &GpuModel, kv: KvFormat, chunk: usize) -> GpuSession {
         max_context: 256,
         kv,
         chunk,
+        cpu_memory: None,
     };
     GpuSession::new(m, opts).unwrap()
 }
@@ -266,6 +267,7 @@ fn decode_plans_on_both_sides_of_the_one_pass_limit() {
         max_context: 4096,
         kv: KvFormat::F32,
         chunk: 64,
+        cpu_memory: None,
     };
     let mut s = GpuSession::new(&m, opts).unwrap();
     let mut b = GpuBackend::new(&m, &mut s);

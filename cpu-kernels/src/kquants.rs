@@ -64,21 +64,23 @@ impl Default for Super {
     }
 }
 
-/// The scales and minimums of a super-block (the `Super` fields but `w`), for the
-/// SIMD kernels, which unpack the weights in registers themselves.
-pub fn scales(ty: KQuant, b: &[u8], s: &mut Super) {
+/// The scales and minimums of a super-block (the `Super` fields but `w`), its f16
+/// factors read by `half` (the SIMD kernels read a table, and unpack the weights in
+/// registers themselves).
+#[inline(always)]
+pub fn scales(ty: KQuant, b: &[u8], s: &mut Super, half: impl Fn(&[u8]) -> f32) {
     match ty {
         KQuant::Q2K => {
             for (j, &v) in b[0..16].iter().enumerate() {
                 (s.sc[j], s.mn[j]) = ((v & 15) as i16, (v >> 4) as i16);
             }
-            (s.d, s.dmin) = (le_f16(&b[80..]), le_f16(&b[82..]));
+            (s.d, s.dmin) = (half(&b[80..]), half(&b[82..]));
         }
         KQuant::Q3K => {
             for (o, v) in s.sc.iter_mut().zip(q3_k_scales(&b[96..108])) {
                 *o = v as i16;
             }
-            (s.mn, s.d, s.dmin) = ([0; 16], le_f16(&b[108..]), 0.0);
+            (s.mn, s.d, s.dmin) = ([0; 16], half(&b[108..]), 0.0);
         }
         KQuant::Q4K | KQuant::Q5K => {
             for j in 0..8 {
@@ -86,13 +88,13 @@ pub fn scales(ty: KQuant, b: &[u8], s: &mut Super) {
                 (s.sc[2 * j], s.sc[2 * j + 1]) = (sc as i16, sc as i16);
                 (s.mn[2 * j], s.mn[2 * j + 1]) = (m as i16, m as i16);
             }
-            (s.d, s.dmin) = (le_f16(b), le_f16(&b[2..]));
+            (s.d, s.dmin) = (half(b), half(&b[2..]));
         }
         KQuant::Q6K => {
             for (o, &v) in s.sc.iter_mut().zip(&b[192..208]) {
                 *o = v as i8 as i16;
             }
-            (s.mn, s.d, s.dmin) = ([0; 16], le_f16(&b[208..]), 0.0);
+            (s.mn, s.d, s.dmin) = ([0; 16], half(&b[208..]), 0.0);
         }
     }
 }
@@ -100,7 +102,7 @@ pub fn scales(ty: KQuant, b: &[u8], s: &mut Super) {
 /// Unpacks super-block `b` of `ty` into `s` (layouts: `crate::ggml`'s decoders). The
 /// loops run over 32 consecutive values, which LLVM vectorizes.
 pub fn unpack(ty: KQuant, b: &[u8], s: &mut Super) {
-    scales(ty, b, s);
+    scales(ty, b, s, le_f16);
     let w = &mut s.w;
     match ty {
         // Q2_K's and Q3_K's low bits: value 128h + 32k + l is bits 2k of qs[32h + l].

@@ -10,6 +10,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { tmpdir } from "node:os";
 import { chromium } from "playwright-core";
 import { HttpError, localHost, resolveInside, sendError, sendFile } from "../lib/static.mjs";
 
@@ -178,7 +179,11 @@ function sample() {
 
 // --- One run in a fresh browser ------------------------------------------------------
 async function inBrowser(base, label, fn) {
-  const browser = await bounded(chromium.launch({ executablePath: "/usr/bin/chromium", args: FLAGS }), 60_000, `${label}: starting Chromium`);
+  // A persistent profile in a fresh folder: an incognito context's storage quota is
+  // too small for wllama's copy of a multi-GB model (QuotaExceededError at ~2 GB).
+  const profile = fs.mkdtempSync(path.join(tmpdir(), "pippin-bench-"));
+  const launch = chromium.launchPersistentContext(profile, { executablePath: "/usr/bin/chromium", args: FLAGS, headless: true });
+  const browser = await bounded(launch, 60_000, `${label}: starting Chromium`);
   const problems = [];
   try {
     const page = await browser.newPage();
@@ -197,6 +202,7 @@ async function inBrowser(base, label, fn) {
     throw e;
   } finally {
     await bounded(browser.close(), 30_000, `${label}: closing Chromium`).catch((e) => log(e.message));
+    fs.rmSync(profile, { recursive: true, force: true });
   }
 }
 

@@ -126,6 +126,12 @@ impl Engine {
     ) -> Result<Engine> {
         let mut tokenizer = None;
         let mut check = |g: &Gguf| {
+            if let Some(limit) = session.cpu_memory {
+                let c = crate::model::Config::from_gguf(g)?;
+                let context = c.context_length.min(session.max_context.max(1));
+                let need = super::cpu::Footprint::of(g, &c, context, session.kv);
+                need.check(limit)?;
+            }
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             Ok(())
         };

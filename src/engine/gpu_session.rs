@@ -27,6 +27,10 @@ pub struct SessionOptions {
     pub kv: KvFormat,
     /// Tokens per prefill chunk.
     pub chunk: usize,
+    /// The CPU backend's memory: a model whose weights, KV cache at `max_context` and
+    /// scratch need more is refused before its weights are read (`DeviceLimits`).
+    /// The browser sets what a wasm32 instance can address; natively `None`.
+    pub cpu_memory: Option<u64>,
 }
 
 impl Default for SessionOptions {
@@ -35,6 +39,7 @@ impl Default for SessionOptions {
             max_context: 4096,
             kv: KvFormat::Int8,
             chunk: 64,
+            cpu_memory: None,
         }
     }
 }

@@ -47,29 +47,36 @@ enum Use {
 
 use Use::{Read as R, Uniform as U, Write as W};
 
+/// A kernel's source as `build.rs` wrote it (`shaders/` without comments).
+macro_rules! shader {
+    ($name:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/shaders/", $name))
+    };
+}
+
 impl Shader {
     fn source(self) -> &'static str {
         match self {
-            Shader::MatmulGemv => include_str!("../../shaders/matmul_gemv.wgsl"),
-            Shader::MatmulGemvSubgroup => include_str!("../../shaders/matmul_gemv_subgroup.wgsl"),
-            Shader::NormMatmulGemv => include_str!("../../shaders/norm_matmul_gemv.wgsl"),
+            Shader::MatmulGemv => shader!("matmul_gemv.wgsl"),
+            Shader::MatmulGemvSubgroup => shader!("matmul_gemv_subgroup.wgsl"),
+            Shader::NormMatmulGemv => shader!("norm_matmul_gemv.wgsl"),
             Shader::AttentionDecodeFused => {
-                include_str!("../../shaders/attention_decode_fused.wgsl")
+                shader!("attention_decode_fused.wgsl")
             }
-            Shader::MatmulGemm => include_str!("../../shaders/matmul_gemm.wgsl"),
-            Shader::MatmulGemmRowwise => include_str!("../../shaders/matmul_gemm_rowwise.wgsl"),
-            Shader::MatmulNaive => include_str!("../../shaders/matmul_naive.wgsl"),
-            Shader::Embed => include_str!("../../shaders/embed.wgsl"),
-            Shader::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl"),
-            Shader::Rope => include_str!("../../shaders/rope.wgsl"),
-            Shader::KvWrite => include_str!("../../shaders/kv_write.wgsl"),
-            Shader::AttentionDecode => include_str!("../../shaders/attention_decode.wgsl"),
-            Shader::AttentionReduce => include_str!("../../shaders/attention_reduce.wgsl"),
-            Shader::AttentionPrefill => include_str!("../../shaders/attention_prefill.wgsl"),
-            Shader::Glu => include_str!("../../shaders/glu.wgsl"),
-            Shader::TopK => include_str!("../../shaders/topk.wgsl"),
-            Shader::Penalty => include_str!("../../shaders/penalty.wgsl"),
-            Shader::Choose => include_str!("../../shaders/choose.wgsl"),
+            Shader::MatmulGemm => shader!("matmul_gemm.wgsl"),
+            Shader::MatmulGemmRowwise => shader!("matmul_gemm_rowwise.wgsl"),
+            Shader::MatmulNaive => shader!("matmul_naive.wgsl"),
+            Shader::Embed => shader!("embed.wgsl"),
+            Shader::RmsNorm => shader!("rmsnorm.wgsl"),
+            Shader::Rope => shader!("rope.wgsl"),
+            Shader::KvWrite => shader!("kv_write.wgsl"),
+            Shader::AttentionDecode => shader!("attention_decode.wgsl"),
+            Shader::AttentionReduce => shader!("attention_reduce.wgsl"),
+            Shader::AttentionPrefill => shader!("attention_prefill.wgsl"),
+            Shader::Glu => shader!("glu.wgsl"),
+            Shader::TopK => shader!("topk.wgsl"),
+            Shader::Penalty => shader!("penalty.wgsl"),
+            Shader::Choose => shader!("choose.wgsl"),
         }
     }
 
@@ -110,9 +117,9 @@ pub fn preprocess(src: &str, prelude: &str) -> String {
     for line in src.lines() {
         match line.trim().strip_prefix("#include ") {
             Some(name) => out.push_str(match name.trim_matches('"') {
-                "weights.wgsl" => include_str!("../../shaders/weights.wgsl"),
-                "kv_cache.wgsl" => include_str!("../../shaders/kv_cache.wgsl"),
-                "step.wgsl" => include_str!("../../shaders/step.wgsl"),
+                "weights.wgsl" => shader!("weights.wgsl"),
+                "kv_cache.wgsl" => shader!("kv_cache.wgsl"),
+                "step.wgsl" => shader!("step.wgsl"),
                 other => panic!("unknown WGSL include {other}"),
             }),
             None => out.push_str(line),

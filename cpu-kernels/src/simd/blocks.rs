@@ -39,9 +39,9 @@ impl Block {
 
 /// Every f16 as f32 (256 KB, built on first use): a block's scales are one load
 /// each instead of a software conversion (wasm has no f16 instructions).
-type Halves = [f32; 65536];
+pub(crate) type Halves = [f32; 65536];
 
-fn halves() -> &'static Halves {
+pub(crate) fn halves() -> &'static Halves {
     static TABLE: OnceLock<Box<Halves>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = Box::new([0f32; 65536]);
@@ -53,7 +53,7 @@ fn halves() -> &'static Halves {
 }
 
 #[inline(always)]
-fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
+pub(crate) fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
     h[u16::from_le_bytes([b[i], b[i + 1]]) as usize]
 }
 

@@ -5,6 +5,7 @@
 //! pairs give the sums of its two halves, scaled in i32 lanes (at most 4 products
 //! per lane: ≤ 2^29 after a scale, both halves together < 2^31), converted once.
 
+use super::blocks::{f16_at, halves};
 use crate::kquants::{scales, KQuant, Super};
 use crate::Acts;
 use core::arch::wasm32::*;
@@ -114,10 +115,19 @@ fn half(w: v128, x0: v128, x1: v128) -> v128 {
 }
 
 /// One super-block (`w`, scales `s`) times one token's 256 activations from block
-/// `blk`, added to `acc` (f32x4 partial sums); `Σ m·x` for formats whose minimum is
-/// per 32 values (Q4_K, Q5_K) is added to `extra` from the blocks' sums.
+/// `blk`, added to `acc` (f32x4 partial sums) and, for formats whose minimum is per 32
+/// values (Q4_K, Q5_K), `Σ dmin·m·x` subtracted from `extra` through the blocks' sums.
 #[inline(always)]
-fn super_dot(ty: KQuant, w: &[v128; 16], s: &Super, x: Acts, blk: usize, acc: &mut v128) {
+fn super_dot(
+    ty: KQuant,
+    w: &[v128; 16],
+    s: &Super,
+    x: Acts,
+    blk: usize,
+    acc: &mut v128,
+    extra: &mut f32,
+) {
+    let mut mins = 0f32;
     for b in 0..8 {
         let xv = acts(x.q, (blk + b) * 32);
         let (a0, a1) = (2 * b, 2 * b + 1);
@@ -140,15 +150,13 @@ fn super_dot(ty: KQuant, w: &[v128; 16], s: &Super, x: Acts, blk: usize, acc: &m
                 let scale = f32x4_splat(s.dmin * dx);
                 v = f32x4_sub(v, f32x4_mul(f32x4_convert_i32x4(m), scale));
             }
-            KQuant::Q4K | KQuant::Q5K => {
-                // The minimum is the same for both halves: dx·Σq is the block's s.
-                let m = s.dmin * s.mn[a0] as f32 * x.s[blk + b];
-                v = f32x4_sub(v, f32x4_replace_lane::<0>(f32x4_splat(0.0), m));
-            }
+            // The minimum is the same for both halves: dx·Σq is the block's s.
+            KQuant::Q4K | KQuant::Q5K => mins += s.mn[a0] as f32 * x.s[blk + b],
             KQuant::Q3K | KQuant::Q6K => {}
         }
         *acc = f32x4_add(*acc, v);
     }
+    *extra -= s.dmin * mins;
 }
 
 /// Calls `$f` with `$ty` as a constant in each arm, so that the format's branches in
@@ -178,31 +186,33 @@ pub fn dots(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
 
 #[inline(always)]
 fn dot_of(ty: KQuant, row: &[u8], x: Acts) -> f32 {
-    let mut s = Super::default();
-    let mut acc = f32x4_splat(0.0);
+    let (mut s, h) = (Super::default(), halves());
+    let (mut acc, mut extra) = (f32x4_splat(0.0), 0f32);
     for (i, b) in row.chunks_exact(ty.bytes()).enumerate() {
-        scales(ty, b, &mut s);
-        super_dot(ty, &weights(ty, b), &s, x, 8 * i, &mut acc);
+        scales(ty, b, &mut s, |v| f16_at(h, v, 0));
+        super_dot(ty, &weights(ty, b), &s, x, 8 * i, &mut acc, &mut extra);
     }
-    sum4(acc)
+    sum4(acc) + extra
 }
 
 #[inline(always)]
 fn dots_of(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
     const GROUP: usize = 8;
-    let mut s = Super::default();
+    let (mut s, h) = (Super::default(), halves());
     for (g, outs) in out.chunks_mut(GROUP).enumerate() {
         let t0 = g * GROUP;
         let mut acc = [f32x4_splat(0.0); GROUP];
+        let mut extra = [0f32; GROUP];
         for (i, b) in row.chunks_exact(ty.bytes()).enumerate() {
-            scales(ty, b, &mut s);
+            scales(ty, b, &mut s, |v| f16_at(h, v, 0));
             let w = weights(ty, b);
-            for (j, a) in acc.iter_mut().enumerate().take(outs.len()) {
-                super_dot(ty, &w, &s, x, (t0 + j) * cols / 32 + 8 * i, a);
+            for j in 0..outs.len() {
+                let blk = (t0 + j) * cols / 32 + 8 * i;
+                super_dot(ty, &w, &s, x, blk, &mut acc[j], &mut extra[j]);
             }
         }
-        for (o, a) in outs.iter_mut().zip(acc) {
-            *o = sum4(a);
+        for ((o, a), e) in outs.iter_mut().zip(acc).zip(extra) {
+            *o = sum4(a) + e;
         }
     }
 }

@@ -400,7 +400,7 @@ fn bench_session(prompt: usize, steps: usize, kv: KvFormat) -> SessionOptions {
     SessionOptions {
         max_context: (prompt + steps + 1).max(128),
         kv,
-        chunk: 64,
+        ..Default::default()
     }
 }
 

@@ -5,6 +5,7 @@
 //! `CpuSession` runs the f32 reference itself (the ground truth of tests).
 
 pub mod dot;
+mod footprint;
 pub mod kv;
 mod load;
 pub mod matrix;
@@ -14,6 +15,7 @@ use crate::adapters::Adapter;
 use crate::error::Result;
 use crate::model::{Linear, Reference};
 use crate::quant::kv::KvFormat;
+pub use footprint::Footprint;
 use kv::Cache;
 pub use load::load;
 pub use matrix::QMatrix;
