@@ -190,16 +190,3 @@ pub fn dot(ty: KQuant, row: &[u8], x: Acts) -> f32 {
     }
     sum
 }
-
-/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
-/// each super-block is unpacked once for all of them.
-pub fn dots(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
-    let mut s = Super::default();
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (i, b) in row.chunks_exact(ty.bytes()).enumerate() {
-        unpack(ty, b, &mut s);
-        for (t, o) in out.iter_mut().enumerate() {
-            *o += super_dot(&s, x, t * cols / 32 + 8 * i, ty.has_mins());
-        }
-    }
-}

@@ -203,7 +203,8 @@ impl Engine {
         };
         // A wasm32 instance addresses 4 GiB: less what it holds now, and room for its
         // code, stack and the loader's slices.
-        let addressable = (4u64 << 30) - crate::memory::heap().live_bytes - (64 << 20);
+        let addressable =
+            (4u64 << 30).saturating_sub(crate::memory::heap().live_bytes + (64 << 20));
         let so = SessionOptions {
             max_context: opts.max_context.unwrap_or(2048),
             kv: opts.kv_cache.unwrap_or_default(),

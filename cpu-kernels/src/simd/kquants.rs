@@ -114,6 +114,18 @@ fn half(w: v128, x0: v128, x1: v128) -> v128 {
     )
 }
 
+/// Q2_K's `dmin·dx·Σ m·x` over activation block `b` (as four partial sums): the
+/// activations of each half dotted with its splatted minimum.
+#[inline(always)]
+fn q2k_mins(xv: &[v128; 4], s: &Super, b: usize, dx: f32) -> v128 {
+    let (m0, m1) = (i16x8_splat(s.mn[2 * b]), i16x8_splat(s.mn[2 * b + 1]));
+    let m = i32x4_add(
+        i32x4_add(i32x4_dot_i16x8(xv[0], m0), i32x4_dot_i16x8(xv[1], m0)),
+        i32x4_add(i32x4_dot_i16x8(xv[2], m1), i32x4_dot_i16x8(xv[3], m1)),
+    );
+    f32x4_mul(f32x4_convert_i32x4(m), f32x4_splat(s.dmin * dx))
+}
+
 /// One super-block (`w`, scales `s`) times one token's 256 activations from block
 /// `blk`, added to `acc` (f32x4 partial sums) and, for formats whose minimum is per 32
 /// values (Q4_K, Q5_K), `Σ dmin·m·x` subtracted from `extra` through the blocks' sums.
@@ -139,17 +151,7 @@ fn super_dot(
             f32x4_splat(s.d * dx),
         );
         match ty {
-            KQuant::Q2K => {
-                // Σ m·x per half: the activations dotted with the splatted minimum.
-                let m0 = i16x8_splat(s.mn[a0]);
-                let m1 = i16x8_splat(s.mn[a1]);
-                let m = i32x4_add(
-                    i32x4_add(i32x4_dot_i16x8(xv[0], m0), i32x4_dot_i16x8(xv[1], m0)),
-                    i32x4_add(i32x4_dot_i16x8(xv[2], m1), i32x4_dot_i16x8(xv[3], m1)),
-                );
-                let scale = f32x4_splat(s.dmin * dx);
-                v = f32x4_sub(v, f32x4_mul(f32x4_convert_i32x4(m), scale));
-            }
+            KQuant::Q2K => v = f32x4_sub(v, q2k_mins(&xv, s, b, dx)),
             // The minimum is the same for both halves: dx·Σq is the block's s.
             KQuant::Q4K | KQuant::Q5K => mins += s.mn[a0] as f32 * x.s[blk + b],
             KQuant::Q3K | KQuant::Q6K => {}
@@ -178,12 +180,6 @@ pub fn dot(ty: KQuant, row: &[u8], x: Acts) -> f32 {
     each_format!(ty, dot_of(row, x))
 }
 
-/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`),
-/// eight at a time: each super-block is unpacked once per eight tokens (prefill).
-pub fn dots(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
-    each_format!(ty, dots_of(row, x, cols, out))
-}
-
 #[inline(always)]
 fn dot_of(ty: KQuant, row: &[u8], x: Acts) -> f32 {
     let (mut s, h) = (Super::default(), halves());
@@ -193,28 +189,6 @@ fn dot_of(ty: KQuant, row: &[u8], x: Acts) -> f32 {
         super_dot(ty, &weights(ty, b), &s, x, 8 * i, &mut acc, &mut extra);
     }
     sum4(acc) + extra
-}
-
-#[inline(always)]
-fn dots_of(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
-    const GROUP: usize = 8;
-    let (mut s, h) = (Super::default(), halves());
-    for (g, outs) in out.chunks_mut(GROUP).enumerate() {
-        let t0 = g * GROUP;
-        let mut acc = [f32x4_splat(0.0); GROUP];
-        let mut extra = [0f32; GROUP];
-        for (i, b) in row.chunks_exact(ty.bytes()).enumerate() {
-            scales(ty, b, &mut s, |v| f16_at(h, v, 0));
-            let w = weights(ty, b);
-            for j in 0..outs.len() {
-                let blk = (t0 + j) * cols / 32 + 8 * i;
-                super_dot(ty, &w, &s, x, blk, &mut acc[j], &mut extra[j]);
-            }
-        }
-        for ((o, a), e) in outs.iter_mut().zip(acc).zip(extra) {
-            *o = sum4(a) + e;
-        }
-    }
 }
 
 fn sum4(v: v128) -> f32 {

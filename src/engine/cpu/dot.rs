@@ -103,6 +103,11 @@ pub fn has_int_dot(ty: GgmlType) -> bool {
         )
 }
 
+/// Whether `ty` is a K-quant (super-blocks of 256).
+pub fn is_kquant(ty: GgmlType) -> bool {
+    kquant(ty).is_some()
+}
+
 /// The K-quant formats (super-blocks of 256: `pippin_cpu_kernels::kquants`).
 fn kquant(ty: GgmlType) -> Option<KQuant> {
     Some(match ty {
@@ -130,16 +135,8 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
-/// each K-quant super-block is unpacked once for up to eight tokens (prefill), and with
-/// SIMD each block of 32 too.
+/// with SIMD each block of 32 is unpacked once for up to eight tokens (prefill).
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
-    if let (true, Some(k)) = (out.len() > 1, kquant(ty)) {
-        let acts = x.acts();
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        return pippin_cpu_kernels::simd::kquants::dots(k, row, acts, cols, out);
-        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-        return pippin_cpu_kernels::kquants::dots(k, row, acts, cols, out);
-    }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {
         return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), cols, out);

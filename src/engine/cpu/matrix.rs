@@ -1,8 +1,8 @@
 //! Weight matrices of the CPU backend, kept in their file's form: GGML blocks as the
 //! GGUF stores them, or palettes (packed indices + tables). A matmul reads each row
 //! once for all the tokens it multiplies: formats with an integer dot product
-//! (`dot::has_int_dot`) multiply 16-bit quantized activations in integers, the others
-//! decode a row to f32 and take f32 dot products.
+//! (`dot::has_int_dot`) multiply 16-bit quantized activations in integers (K-quants
+//! only for one token), the others decode a row to f32 and take f32 dot products.
 
 use super::dot::{self, Q16};
 use crate::error::{Error, Result};
@@ -142,7 +142,14 @@ impl QMatrix {
     fn apply_transposed(&self, x: &[f32], t: usize) -> Vec<f32> {
         let mut yt = vec![0f32; self.rows * t];
         let q16 = match &self.storage {
-            Storage::Ggml { ty, .. } if dot::has_int_dot(*ty) => Some(Q16::quantize(x)),
+            // K-quants: integers for one token; a prefill chunk decodes each row to f32
+            // once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
+            // 128-token prompt: 1.9 tok/s against 1.2 with integer tiles of 8 tokens).
+            Storage::Ggml { ty, .. }
+                if dot::has_int_dot(*ty) && (t == 1 || !dot::is_kquant(*ty)) =>
+            {
+                Some(Q16::quantize(x))
+            }
             _ => None,
         };
         let cols = self.cols;
