@@ -130,7 +130,7 @@ fn unpack(h: &Halves, ty: Block, b: &[u8]) -> ([v128; 4], f32, f32) {
 
 /// The 32 activations of `q` from `at` as four i16x8.
 #[inline(always)]
-fn acts(q: &[i16], at: usize) -> [v128; 4] {
+pub(crate) fn acts(q: &[i16], at: usize) -> [v128; 4] {
     let x = &q[at..at + 32];
     // SAFETY: `x` holds 32 i16: four 16-byte loads.
     unsafe {

@@ -5,7 +5,7 @@
 //! pairs give the sums of its two halves, scaled in i32 lanes (at most 4 products
 //! per lane: ≤ 2^29 after a scale, both halves together < 2^31), converted once.
 
-use super::blocks::{f16_at, halves};
+use super::blocks::{acts, f16_at, halves};
 use crate::kquants::{scales, KQuant, Super};
 use crate::Acts;
 use core::arch::wasm32::*;
@@ -87,22 +87,6 @@ fn weights(ty: KQuant, b: &[u8]) -> [v128; 16] {
         }
     }
     w
-}
-
-/// 32 activations from `at` as four i16x8.
-#[inline(always)]
-fn acts(q: &[i16], at: usize) -> [v128; 4] {
-    let x = &q[at..at + 32];
-    // SAFETY: `x` holds 32 i16: four 16-byte loads.
-    unsafe {
-        let p = x.as_ptr() as *const v128;
-        [
-            v128_load(p),
-            v128_load(p.add(1)),
-            v128_load(p.add(2)),
-            v128_load(p.add(3)),
-        ]
-    }
 }
 
 /// Σ q·x over 16 values (one i8x16 of weights, two i16x8 of activations).
