@@ -15,7 +15,7 @@ export const ERROR_CODES = Object.freeze([
   "Busy", // a reply owns the model: the call was refused, not queued
   "ContextFull", // the prompt does not fit in the context (maxContext)
   "BadOptions", // an option, message, schema or argument that cannot be used
-  "DeviceLost", // the GPU device was lost: load the model again
+  "DeviceLost", // the GPU device, or a CPU worker thread, was lost: load the model again
   "Aborted", // the AbortSignal passed to load() fired
   "Disposed", // the model was disposed
   "Internal", // a bug in Pippin or the browser's GPU stack: please report it

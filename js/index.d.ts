@@ -12,7 +12,7 @@
  * - Busy: a reply owns the model; the call was refused, not queued
  * - ContextFull: the prompt does not fit in the context (see maxContext)
  * - BadOptions: an option, message, schema or argument that cannot be used
- * - DeviceLost: the GPU device was lost; load the model again
+ * - DeviceLost: the GPU device, or a CPU worker thread holding part of the model, was lost; load the model again
  * - Aborted: the AbortSignal given to load() fired
  * - Disposed: the model was disposed
  * - Internal: a bug in Pippin or the browser's GPU stack (please report it)

@@ -43,8 +43,9 @@ pub enum Error {
     /// GPU memory, over the CPU backend's memory). The message says which.
     #[error("{0}")]
     DeviceLimits(String),
-    /// The device was lost (driver reset, tab in the background too long): load again.
-    #[error("GPU: {0}")]
+    /// The device was lost (driver reset, tab in the background too long), or a CPU
+    /// worker thread holding part of the model: load again. The message says which.
+    #[error("{0}")]
     DeviceLost(String),
     /// A GPU operation failed in a way that is a bug (validation, a missing plan).
     #[error("GPU: {0}")]

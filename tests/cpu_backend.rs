@@ -176,17 +176,7 @@ fn matrices_of_the_wrong_size_are_errors() {
 
 fn model() -> &'static CpuModel {
     static M: OnceLock<CpuModel> = OnceLock::new();
-    M.get_or_init(|| {
-        let file = std::fs::File::open(model_path()).unwrap();
-        let len = file.metadata().unwrap().len();
-        let mut src = pippin::gguf::ReadSource {
-            reader: std::io::BufReader::new(file),
-            len: Some(len),
-        };
-        let (mut progress, mut check) = (|_, _| {}, |_: &_| Ok(()));
-        let load = pippin::engine::cpu::load(&mut src, 4096, &mut progress, &mut check);
-        pollster::block_on(load).unwrap().0
-    })
+    M.get_or_init(|| common::load_cpu(&model_path(), None))
 }
 
 /// f32 keys and values, as the reference keeps them.

@@ -15,15 +15,7 @@ use pippin::testing::max_abs_diff;
 use std::path::Path;
 
 fn load_cpu(path: &Path) -> CpuModel {
-    let file = std::fs::File::open(path).unwrap();
-    let len = file.metadata().unwrap().len();
-    let mut src = pippin::gguf::ReadSource {
-        reader: std::io::BufReader::new(file),
-        len: Some(len),
-    };
-    let (mut progress, mut check) = (|_, _| {}, |_: &_| Ok(()));
-    let load = pippin::engine::cpu::load(&mut src, 4096, &mut progress, &mut check);
-    pollster::block_on(load).unwrap().0
+    common::load_cpu(path, None)
 }
 
 fn logits(b: &mut CpuBackend, tokens: &[u32]) -> Vec<f32> {

@@ -11,6 +11,7 @@
 //! if asked, never a quiet end.
 
 use super::backends::{AnyBackend, BackendKind, Body, Resident};
+use super::cpu::team::Team;
 use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::tools::{self, Prepared};
@@ -23,6 +24,7 @@ use crate::model::Config;
 use crate::tokenizer::{Message, Tokenizer};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub use super::gpu_session::SessionOptions;
 
@@ -124,23 +126,38 @@ impl Engine {
         progress: crate::gguf::Progress<'_>,
         reason: &str,
     ) -> Result<Engine> {
+        Self::load_cpu_shared(src, session, progress, reason, None).await
+    }
+
+    /// As `load_cpu`, the large matrices' rows split across `team`'s threads (the
+    /// browser's workers); `session.cpu_memory` is then each thread's limit.
+    pub async fn load_cpu_shared<S: ByteSource>(
+        src: &mut S,
+        session: SessionOptions,
+        progress: crate::gguf::Progress<'_>,
+        reason: &str,
+        team: Option<Arc<dyn Team>>,
+    ) -> Result<Engine> {
+        let threads = team.as_ref().map_or(1, |t| t.helpers() + 1);
         let mut tokenizer = None;
         let mut check = |g: &Gguf| {
             if let Some(limit) = session.cpu_memory {
                 let c = crate::model::Config::from_gguf(g)?;
                 let context = c.context_length.min(session.max_context.max(1));
                 let need = super::cpu::Footprint::of(g, &c, context, session.kv);
-                need.check(limit)?;
+                need.shared_by(threads).check(limit)?;
             }
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             Ok(())
         };
-        let (model, _) = super::cpu::load(src, session.max_context, progress, &mut check).await?;
+        let max = session.max_context;
+        let (model, _) =
+            super::cpu::load_shared(src, max, progress, &mut check, team.as_ref()).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
         let body = Body::Cpu {
             model: Box::new(model),
-            state: CpuState::new(session.kv),
+            state: CpuState::new(session.kv).with_team(team),
         };
         Ok(Self::with_body(body, tokenizer, reason))
     }
@@ -247,6 +264,14 @@ impl Engine {
             Body::Cpu { .. } => BackendKind::Cpu,
         };
         (kind, &self.reason)
+    }
+
+    /// Threads the CPU backend runs on (1 on the GPU).
+    pub fn threads(&self) -> usize {
+        match &self.body {
+            Body::Gpu { .. } => 1,
+            Body::Cpu { state, .. } => state.threads(),
+        }
     }
 
     pub fn config(&self) -> &Config {

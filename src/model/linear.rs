@@ -9,6 +9,12 @@ pub trait Linear: Send + Sync {
     fn apply(&self, x: &[f32], cols: usize) -> Vec<f32>;
     /// Appends row `r` (`cols` values) to `out`: an embedding lookup.
     fn append_row(&self, r: usize, cols: usize, out: &mut Vec<f32>);
+    /// Appends rows `rows` (each checked to be in range) to `out`.
+    fn append_rows(&self, rows: &[u32], cols: usize, out: &mut Vec<f32>) {
+        for &r in rows {
+            self.append_row(r as usize, cols, out);
+        }
+    }
 }
 
 impl Linear for Vec<f32> {

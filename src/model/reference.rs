@@ -170,18 +170,16 @@ impl<M: Linear> Reference<M> {
     /// The layers' input for `tokens`: embedding rows, scaled as the model says.
     pub fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>> {
         let c = &self.config;
-        let mut x = Vec::with_capacity(tokens.len() * c.hidden);
-        for &t in tokens {
-            if t as usize >= c.vocab_size {
-                return Err(Error::invalid(format!(
-                    "token id {t} is outside the vocabulary of {}",
-                    c.vocab_size
-                )));
-            }
-            self.weights
-                .token_embd
-                .append_row(t as usize, c.hidden, &mut x);
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::invalid(format!(
+                "token id {t} is outside the vocabulary of {}",
+                c.vocab_size
+            )));
         }
+        let mut x = Vec::with_capacity(tokens.len() * c.hidden);
+        self.weights
+            .token_embd
+            .append_rows(tokens, c.hidden, &mut x);
         if c.embed_scale != 1.0 {
             x.iter_mut().for_each(|v| *v *= c.embed_scale);
         }

@@ -9,8 +9,12 @@
 
 mod attention;
 pub mod synthetic;
+#[cfg(not(target_arch = "wasm32"))]
+mod team;
 
 pub use attention::int8_attention_case;
+#[cfg(not(target_arch = "wasm32"))]
+pub use team::ThreadTeam;
 
 /// The largest |a[i] − b[i]|, or NaN when any pair is NaN or infinite. Panics when the
 /// lengths differ or there is nothing to compare, naming `what`.

@@ -69,3 +69,20 @@ pub mod llama_cpp;
 pub mod plain;
 #[allow(unused_imports)]
 pub use pippin::testing::synthetic;
+
+/// `path` loaded for the CPU backend (its matrices split across `team`'s threads when
+/// there is one).
+pub fn load_cpu(
+    path: &std::path::Path,
+    team: Option<&std::sync::Arc<dyn pippin::engine::cpu::team::Team>>,
+) -> pippin::engine::CpuModel {
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let mut src = pippin::gguf::ReadSource {
+        reader: std::io::BufReader::new(file),
+        len: Some(len),
+    };
+    let (mut progress, mut check) = (|_, _| {}, |_: &_| Ok(()));
+    let load = pippin::engine::cpu::load_shared(&mut src, 4096, &mut progress, &mut check, team);
+    pollster::block_on(load).unwrap().0
+}

@@ -57,6 +57,15 @@ impl Footprint {
         }
     }
 
+    /// What the lead thread holds when the matrices are split across `threads`:
+    /// its share of the weights (about 1/threads), the whole KV cache and scratch.
+    pub fn shared_by(self, threads: usize) -> Footprint {
+        Footprint {
+            weights: self.weights.div_ceil(threads.max(1) as u64),
+            ..self
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.weights + self.kv + self.scratch
     }

@@ -3,12 +3,14 @@
 //! vector decoded to f32.
 
 use super::matrix::QMatrix;
+use super::team::Team;
 use crate::error::{Error, Result};
 use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, TensorInfo, Window};
 use crate::model::weights::{decodable, roles, Role, Tensor};
 use crate::model::{Config, Reference, Weights};
 use crate::quant;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Reads the model from `src`; `check(header)` runs before any weight is read.
 /// The context is capped at `max_context` tokens.
@@ -17,6 +19,17 @@ pub async fn load<S: ByteSource>(
     max_context: usize,
     progress: Progress<'_>,
     check: &mut dyn FnMut(&Gguf) -> Result<()>,
+) -> Result<(Reference<QMatrix>, Gguf)> {
+    load_shared(src, max_context, progress, check, None).await
+}
+
+/// As `load`, each large matrix's rows split across `team`'s threads as it is read.
+pub async fn load_shared<S: ByteSource>(
+    src: &mut S,
+    max_context: usize,
+    progress: Progress<'_>,
+    check: &mut dyn FnMut(&Gguf) -> Result<()>,
+    team: Option<&Arc<dyn Team>>,
 ) -> Result<(Reference<QMatrix>, Gguf)> {
     let total = src.total_len();
     let mut w = Window::new(src);
@@ -39,13 +52,16 @@ pub async fn load<S: ByteSource>(
     order.sort_by_key(|t| t.offset);
     let mut read: HashMap<String, Tensor<QMatrix>> = HashMap::new();
     let mut halves: HashMap<String, Vec<u8>> = HashMap::new();
-    for t in order {
+    for (id, t) in (0u32..).zip(order) {
         let bytes = w
             .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
             .await?;
         match &roles[&t.name] {
             Role::Whole(s) if s.matrix => {
-                let m = QMatrix::ggml(t.ty, s.rows, s.cols, bytes)?;
+                let mut m = QMatrix::ggml(t.ty, s.rows, s.cols, bytes)?;
+                if let Some(team) = team {
+                    m = m.shard(id, team)?;
+                }
                 read.insert(s.name.clone(), Tensor::Matrix(m));
             }
             Role::Whole(s) => {

@@ -5,11 +5,13 @@
 //! only for one token), the others decode a row to f32 and take f32 dot products.
 
 use super::dot::{self, Q16};
+use super::team::{self, Job, Remote, Slice, Team};
 use crate::error::{Error, Result};
 use crate::model::Linear;
 use crate::par::*;
 use crate::quant::{dequant, palette, GgmlType};
 use half::f16;
+use std::sync::Arc;
 
 pub enum Storage {
     Ggml {
@@ -28,9 +30,12 @@ pub enum Storage {
 }
 
 pub struct QMatrix {
+    /// Rows of the whole matrix (`storage` holds the first `held()` of them).
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
+    /// The rows other threads hold (`team`), if any.
+    pub remote: Option<Remote>,
 }
 
 /// Rows per parallel task: enough work to outweigh scheduling.
@@ -59,7 +64,61 @@ impl QMatrix {
                 data,
                 row_bytes,
             },
+            remote: None,
         })
+    }
+
+    /// This matrix with its rows split across `team`'s threads: the helpers get their
+    /// slices now, this thread keeps the first. Palettes, and matrices too small to
+    /// pay for a round or too large for one token's round, stay whole here.
+    pub fn shard(mut self, id: u32, team: &Arc<dyn Team>) -> Result<QMatrix> {
+        let threads = team.helpers() + 1;
+        let split = team::split(self.rows, threads);
+        let remote_rows = self.rows - split[0];
+        let Storage::Ggml {
+            ty,
+            data,
+            row_bytes,
+        } = &mut self.storage
+        else {
+            return Ok(self);
+        };
+        if threads < 2
+            || self.rows < team::MIN_ROWS_PER_THREAD * threads
+            || self.cols + remote_rows > team.capacity()
+        {
+            return Ok(self);
+        }
+        let mut first = split[0];
+        for (k, &rows) in split[1..].iter().enumerate() {
+            team.give(
+                k,
+                Slice {
+                    id,
+                    ty: *ty,
+                    first,
+                    slot: first - split[0],
+                    rows,
+                    cols: self.cols,
+                    bytes: &data[first * *row_bytes..][..rows * *row_bytes],
+                },
+            )?;
+            first += rows;
+        }
+        data.truncate(split[0] * *row_bytes);
+        data.shrink_to_fit();
+        self.remote = Some(Remote {
+            id,
+            team: team.clone(),
+            bytes: (remote_rows * *row_bytes) as u64,
+            split,
+        });
+        Ok(self)
+    }
+
+    /// Rows this thread holds.
+    pub fn held(&self) -> usize {
+        self.remote.as_ref().map_or(self.rows, |r| r.split[0])
     }
 
     /// A palettized matrix from its GGUF tensors (packed index words, f16 tables).
@@ -97,18 +156,20 @@ impl QMatrix {
                 words,
                 luts,
             },
+            remote: None,
         })
     }
 
-    /// Bytes the weights take.
+    /// Bytes the weights take (on every thread that holds some).
     pub fn bytes(&self) -> u64 {
-        match &self.storage {
+        let here = match &self.storage {
             Storage::Ggml { data, .. } => data.len() as u64,
             Storage::Palette { words, luts, .. } => 4 * (words.len() + luts.len()) as u64,
-        }
+        };
+        here + self.remote.as_ref().map_or(0, |r| r.bytes)
     }
 
-    /// Row `r` decoded to f32 into `out` (`cols` long).
+    /// Row `r` (of those held here) decoded to f32 into `out` (`cols` long).
     pub fn decode_row(&self, r: usize, out: &mut [f32]) {
         match &self.storage {
             Storage::Ggml {
@@ -138,9 +199,9 @@ impl QMatrix {
         }
     }
 
-    /// `[rows][t]`: each task computes its rows for every token.
+    /// `[held rows][t]`: each task computes its rows for every token.
     fn apply_transposed(&self, x: &[f32], t: usize) -> Vec<f32> {
-        let mut yt = vec![0f32; self.rows * t];
+        let mut yt = vec![0f32; self.held() * t];
         let q16 = match &self.storage {
             // K-quants: integers for one token; a prefill chunk decodes each row to f32
             // once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
@@ -186,26 +247,101 @@ impl QMatrix {
     }
 }
 
-impl Linear for QMatrix {
-    fn apply(&self, x: &[f32], cols: usize) -> Vec<f32> {
-        debug_assert_eq!(cols, self.cols);
-        let t = x.len() / self.cols;
+impl QMatrix {
+    /// `x` `[t][cols]` times the rows held here: `[t][held]`.
+    pub fn apply_held(&self, x: &[f32]) -> Vec<f32> {
+        let (t, n) = (x.len() / self.cols, self.held());
         let yt = self.apply_transposed(x, t);
         if t == 1 {
             return yt;
         }
-        let mut y = vec![0f32; t * self.rows];
+        let mut y = vec![0f32; t * n];
         for (r, row) in yt.chunks_exact(t).enumerate() {
             for (ti, &v) in row.iter().enumerate() {
-                y[ti * self.rows + r] = v;
+                y[ti * n + r] = v;
             }
         }
         y
     }
 
+    /// A sharded matmul: rounds of as many tokens as the team carries, each the
+    /// helpers' rows beside this thread's. A failed round leaves NaNs (the team
+    /// records why; the backend fails the call with it).
+    fn apply_shared(&self, r: &Remote, x: &[f32]) -> Vec<f32> {
+        let (cols, rows, held) = (self.cols, self.rows, r.split[0]);
+        // Rounds of even size: a one-token round would take K-quants' integer path
+        // where the whole prefill takes the f32 one (the same logits within the
+        // tolerance, but not bit for bit as on one thread).
+        let (t_all, most) = (
+            x.len() / cols,
+            (r.team.capacity() / (cols + r.rows())).max(1),
+        );
+        let per_token = t_all.div_ceil(t_all.div_ceil(most)).max(1);
+        let mut y = vec![0f32; t_all * rows];
+        for (xc, yc) in x
+            .chunks(per_token * cols)
+            .zip(y.chunks_mut(per_token * rows))
+        {
+            let t = xc.len() / cols;
+            r.team.start(Job::Matmul { id: r.id, t, x: xc });
+            let mine = self.apply_held(xc);
+            let mut theirs = vec![0f32; t * r.rows()];
+            if r.team.finish(&mut theirs).is_err() {
+                theirs.fill(f32::NAN);
+            }
+            // Helper k's block is `[t][its rows]`, at `t · slot`.
+            for (yr, m) in yc.chunks_exact_mut(rows).zip(mine.chunks_exact(held)) {
+                yr[..held].copy_from_slice(m);
+            }
+            let mut slot = 0;
+            for &n in &r.split[1..] {
+                let block = &theirs[t * slot..][..t * n];
+                for (yr, o) in yc.chunks_exact_mut(rows).zip(block.chunks_exact(n)) {
+                    yr[held + slot..][..n].copy_from_slice(o);
+                }
+                slot += n;
+            }
+        }
+        y
+    }
+}
+
+impl Linear for QMatrix {
+    fn apply(&self, x: &[f32], cols: usize) -> Vec<f32> {
+        debug_assert_eq!(cols, self.cols);
+        match &self.remote {
+            Some(r) => self.apply_shared(r, x),
+            None => self.apply_held(x),
+        }
+    }
+
     fn append_row(&self, r: usize, cols: usize, out: &mut Vec<f32>) {
+        self.append_rows(&[r as u32], cols, out);
+    }
+
+    /// Rows held elsewhere come in one round for all of them.
+    fn append_rows(&self, rows: &[u32], cols: usize, out: &mut Vec<f32>) {
         let at = out.len();
-        out.resize(at + cols, 0.0);
-        self.decode_row(r, &mut out[at..]);
+        out.resize(at + rows.len() * cols, 0.0);
+        let out = &mut out[at..];
+        let held = self.held();
+        let far = rows.iter().any(|&r| r as usize >= held);
+        if let (Some(remote), true) = (&self.remote, far) {
+            let per_round = (remote.team.capacity() / (cols + 1)).max(1);
+            for (rc, oc) in rows.chunks(per_round).zip(out.chunks_mut(per_round * cols)) {
+                remote.team.start(Job::Rows {
+                    id: remote.id,
+                    rows: rc,
+                });
+                if remote.team.finish(oc).is_err() {
+                    oc.fill(f32::NAN);
+                }
+            }
+        }
+        for (&r, o) in rows.iter().zip(out.chunks_exact_mut(cols)) {
+            if (r as usize) < held {
+                self.decode_row(r as usize, o);
+            }
+        }
     }
 }

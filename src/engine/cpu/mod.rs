@@ -9,6 +9,7 @@ mod footprint;
 pub mod kv;
 mod load;
 pub mod matrix;
+pub mod team;
 
 use super::{Backend, Logits, Want};
 use crate::adapters::Adapter;
@@ -17,8 +18,10 @@ use crate::model::{Linear, Reference};
 use crate::quant::kv::KvFormat;
 pub use footprint::Footprint;
 use kv::Cache;
-pub use load::load;
+pub use load::{load, load_shared};
 pub use matrix::QMatrix;
+use std::sync::Arc;
+use team::Team;
 
 /// The model of the CPU backend.
 pub type CpuModel = Reference<QMatrix>;
@@ -27,6 +30,8 @@ pub type CpuModel = Reference<QMatrix>;
 /// it holds and the adapter they were run with (a cache is valid for one adapter).
 pub struct CpuState {
     format: KvFormat,
+    /// The threads holding parts of the model, if any (their failure fails every call).
+    team: Option<Arc<dyn Team>>,
     cache: Option<Cache>,
     tokens: Vec<u32>,
     adapter: u64,
@@ -43,9 +48,29 @@ impl CpuState {
     pub fn new(format: KvFormat) -> Self {
         CpuState {
             format,
+            team: None,
             cache: None,
             tokens: Vec::new(),
             adapter: 0,
+        }
+    }
+
+    /// This state's model runs on `team`'s threads.
+    pub fn with_team(mut self, team: Option<Arc<dyn Team>>) -> Self {
+        self.team = team;
+        self
+    }
+
+    /// Threads the model runs on.
+    pub fn threads(&self) -> usize {
+        self.team.as_ref().map_or(1, |t| t.helpers() + 1)
+    }
+
+    /// Fails once a thread holding part of the model is lost.
+    fn check_team(&self) -> Result<()> {
+        match self.team.as_ref().and_then(|t| t.failure()) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -97,6 +122,7 @@ impl<'a, M: Linear> CpuBackend<'a, M> {
     }
 
     fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        self.state.check_team()?;
         let (config, format) = (&self.model.config, self.state.format);
         let cache = self
             .state
@@ -106,6 +132,9 @@ impl<'a, M: Linear> CpuBackend<'a, M> {
             Cache::F32(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
             Cache::Int8(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
         }?;
+        // A round that failed left NaNs: the call fails, and the cache holds positions
+        // its tokens do not record (every later call fails the same way).
+        self.state.check_team()?;
         self.state.tokens.extend_from_slice(tokens);
         Ok(logits)
     }
