@@ -69,6 +69,14 @@ export interface LoadOptions {
    * code "NoWebGPU"/"NoAdapter" where there is none; "cpu" never touches WebGPU.
    */
   backend?: "auto" | Backend;
+  /**
+   * Threads of the CPU backend (default: `navigator.hardwareConcurrency`, at most 4):
+   * helper Web Workers, each holding a slice of every large matrix's rows. They need a
+   * cross-origin isolated page (`Cross-Origin-Opener-Policy: same-origin`,
+   * `Cross-Origin-Embedder-Policy: require-corp`); elsewhere one thread runs, and
+   * `info().threadsReason` says why.
+   */
+  threads?: number;
   /** KV cache format (default "int8"; the CPU backend: "f32", else int8). */
   kvCache?: KvCacheFormat;
   /** Most tokens a conversation may hold (default 2048, at most the model's context). */
@@ -299,6 +307,9 @@ export interface Info {
   /** The backend that runs the model, and why it was chosen. */
   backend: Backend;
   backendReason: string;
+  /** Threads the CPU backend runs on (1 on WebGPU), and why that many. */
+  threads: number;
+  threadsReason: string;
   /** The WebGPU adapter's name ("adapter" elsewhere in this API means a LoRA adapter); "" on the CPU. */
   gpuAdapter: string;
   /** wgpu's backend ("BrowserWebGpu"); "" on the CPU. */

@@ -5,6 +5,7 @@ import init, { Engine, setGuidedLoader } from "./pippin_wasm.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
+import { startTeam } from "./team.js";
 
 export { PippinError, ERROR_CODES };
 
@@ -248,6 +249,7 @@ function replyCalls(engine, start) {
 }
 
 const engines = new WeakMap();
+const teams = new WeakMap();
 
 /** What a disposed Pippin calls instead of its freed engine: every call throws. */
 const DISPOSED = new Proxy(
@@ -264,11 +266,37 @@ export function engineOf(pippin) {
   return engines.get(pippin);
 }
 
+/** The worker threads behind a Pippin, or undefined (for tests; not public API). */
+export function teamOf(pippin) {
+  return teams.get(pippin);
+}
+
+/** The threads of a CPU-backend load: helper workers where they can run and pay. */
+function checkThreads(t) {
+  if (t !== undefined && !(Number.isInteger(t) && t >= 1 && t <= 64)) {
+    throw new PippinError("BadOptions", `threads must be an integer from 1 to 64, not ${JSON.stringify(t)}`);
+  }
+}
+
+async function threadsFor(options, webgpu) {
+  const t = options.threads;
+  const backend = options.backend ?? "auto";
+  if (backend === "webgpu" || (backend === "auto" && webgpu === "hardware")) {
+    return { team: null, count: 1, reason: "the WebGPU backend runs the model" };
+  }
+  // The helpers resolve a relative wasmUrl against the page, as the lead does.
+  const wasmUrl = options.wasmUrl ? new URL(options.wasmUrl, globalThis.location?.href).href : undefined;
+  return startTeam(t, wasmUrl);
+}
+
 export class Pippin {
   #engine;
+  #threads;
 
-  constructor(engine) {
+  constructor(engine, threads = { team: null, count: 1, reason: "" }) {
     this.#engine = engine;
+    this.#threads = threads;
+    if (threads.team) teams.set(this, threads.team);
     engines.set(this, engine);
     // `llm.chat(messages)` and OpenAI's `llm.chat.completions.create(params)`.
     this.chat = Object.assign(this.chat.bind(this), { completions: completionsFor(this) });
@@ -278,12 +306,13 @@ export class Pippin {
    * Loads a GGUF model, streaming it tensor by tensor: onto the GPU (WebGPU), or into
    * memory for the CPU backend where WebGPU is missing or only a software adapter.
    * @param source a URL, a Response, a Blob/File or a Uint8Array
-   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, guidedWasmUrl, signal }
+   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, guidedWasmUrl, signal }
    */
   static async load(source, options = {}) {
     const signal = options.signal;
     if (signal?.aborted) throw loadAborted(signal);
     const webgpu = await probeWebGPU(options.backend ?? "auto");
+    checkThreads(options.threads);
     await initOnce(options.wasmUrl);
     if (options.guidedWasmUrl) guidedWasmUrl = options.guidedWasmUrl;
     const progress = options.onProgress;
@@ -304,13 +333,23 @@ export class Pippin {
     };
     const onPhase = progress ? (phase) => progress({ phase, loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 }) : undefined;
     let engine;
+    let threads = await threadsFor(options, webgpu);
     try {
-      engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase);
+      engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase, threads.team ?? undefined);
+      if (threads.team && engine.info().backend !== "cpu") {
+        threads.team.close();
+        threads = { team: null, count: 1, reason: "the WebGPU backend runs the model" };
+      }
+      await threads.team?.ready().catch((e) => {
+        throw new PippinError("DeviceLimits", `a CPU worker thread could not take its share of the model: ${e.message}`);
+      });
       if (signal?.aborted) {
         engine.free();
         throw loadAborted(signal);
       }
     } catch (e) {
+      threads.team?.close();
+      if (engine && !signal?.aborted) engine.free();
       const stopped = Boolean(signal?.aborted);
       // An aborted load says nothing about a cached copy: it is kept.
       await src.done(stopped && Boolean(src.fromCache));
@@ -321,7 +360,7 @@ export class Pippin {
     }
     await src.done(true);
     progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 });
-    return new Pippin(engine);
+    return new Pippin(engine, threads);
   }
 
   /** Streams a continuation of `prompt` (no chat template). */
@@ -372,9 +411,10 @@ export class Pippin {
     return this.#engine.stats();
   }
 
-  /** { config, backend: "webgpu"|"cpu", backendReason, gpuAdapter, gpuBackend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
+  /** { config, backend: "webgpu"|"cpu", backendReason, threads, threadsReason, gpuAdapter, gpuBackend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
   info() {
-    return this.#engine.info();
+    const { count, reason } = this.#threads;
+    return { ...this.#engine.info(), threads: count, threadsReason: reason };
   }
 
   /** Forgets the conversation (a new chat). */
@@ -387,6 +427,7 @@ export class Pippin {
     if (this.#engine === DISPOSED) return;
     this.#engine.dispose();
     this.#engine.free();
+    this.#threads.team?.close();
     this.#engine = DISPOSED;
     engines.delete(this);
   }

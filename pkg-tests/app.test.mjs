@@ -300,8 +300,11 @@ test("chat uses the template, reuses the KV cache, and reports stats and info", 
   assert.match(r.reply, /Paris/);
   assert.ok(r.usage.cachedTokens > 20, `turn 1 is reused (${r.usage.cachedTokens} cached tokens)`);
   assert.ok(r.stats.decodeTokensPerS > 0 && r.stats.weightBytes > 90e6 && r.stats.kvCacheBytes > 0);
-  // The CPU backend: weights in their quantized size, in the heap, none on the GPU.
-  assert.ok(r.stats.weightBytes < 100e6 && r.stats.wasmHeapBytes > r.stats.weightBytes);
+  // The CPU backend: weights in their quantized size, none on the GPU, split between
+  // the threads' heaps: this one holds its share (and the whole small tensors).
+  assert.equal(r.info.threads, 2);
+  const share = r.stats.weightBytes / r.info.threads;
+  assert.ok(r.stats.weightBytes < 100e6 && r.stats.wasmHeapBytes > share, JSON.stringify(r.stats));
   assert.equal(r.stats.gpuBytes.weights, 0);
   assert.equal(r.info.config.nLayers, 30);
   assert.equal(r.info.gpuAdapter, "");
@@ -670,6 +673,84 @@ test("the engine's wasm is at most 3 MB, without guided generation's compiler", 
 test("the page logged no errors but the expected 404", () => {
   const unexpected = consoleErrors.filter((e) => !/404/.test(e));
   assert.deepEqual(unexpected, []);
+});
+
+test("the CPU backend runs on every core where the page is isolated: the same text as one thread", async () => {
+  const r = await page.evaluate(async (url) => {
+    const prompt = "Once upon a time";
+    const one = await Pippin.load(url, { cache: false, threads: 1 });
+    const three = await Pippin.load(url, { cache: false, threads: 3 });
+    try {
+      const texts = [];
+      for (const m of [one, llm, three]) texts.push(await m.generate(prompt, { maxTokens: 12 }).text());
+      const chat = [{ role: "user", content: "What is the capital of France?" }];
+      const chats = [await one.chat(chat, { maxTokens: 8 }).text(), await three.chat(chat, { maxTokens: 8 }).text()];
+      const bad = await Pippin.load(url, { threads: 0 }).then(() => "no error", why);
+      // pippin/worker: the lead in a worker (it blocks in Atomics.wait, a page spins).
+      const worker = await WorkerPippin.load(url, { cache: false, threads: 2 });
+      const inWorker = { text: await worker.generate(prompt, { maxTokens: 12 }).text(), info: await worker.info() };
+      await worker.dispose();
+      return { texts, chats, bad, inWorker, infos: [one.info(), llm.info(), three.info()], isolated: crossOriginIsolated };
+    } finally {
+      await one.dispose();
+      await three.dispose();
+    }
+  }, MODEL);
+  assert.equal(r.isolated, true);
+  assert.deepEqual(r.infos.map((i) => i.threads), [1, 2, 3]);
+  assert.match(r.infos[0].threadsReason, /threads: 1 was asked for/);
+  assert.match(r.infos[1].threadsReason, /hardwareConcurrency is 2/);
+  assert.equal(r.texts[1], r.texts[0]);
+  assert.equal(r.texts[2], r.texts[0]);
+  assert.ok(r.texts[0].length > 10, r.texts[0]);
+  assert.equal(r.chats[1], r.chats[0]);
+  assert.match(r.bad, /^BadOptions: threads must be an integer/);
+  assert.equal(r.inWorker.info.threads, 2);
+  assert.equal(r.inWorker.text, r.texts[0]);
+});
+
+test("a CPU worker thread that dies fails the reply with DeviceLost, without a hang", async () => {
+  const r = await page.evaluate(async (url) => {
+    const m = await Pippin.load(url, { cache: false, threads: 2 });
+    try {
+      const before = await m.generate("The capital of France is", { maxTokens: 2 }).text();
+      teamOf(m).exit(1);
+      const t0 = performance.now();
+      const lost = await m.generate("Once upon a time", { maxTokens: 4 }).text().then(() => "no error", why);
+      const ms = performance.now() - t0;
+      const again = await m.generate("Hello", { maxTokens: 2 }).text().then(() => "no error", why);
+      const shared = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
+      return { before, lost, ms, again, shared };
+    } finally {
+      await m.dispose();
+    }
+  }, MODEL);
+  assert.equal(r.before, " Paris.");
+  assert.match(r.lost, /^DeviceLost: a CPU worker thread failed \(a worker did not answer within 5000 ms\); load the model again/);
+  assert.ok(r.ms < 30_000, `${r.ms} ms`);
+  assert.match(r.again, /^DeviceLost: /);
+  assert.equal(r.shared, " Paris.", "other models are untouched");
+});
+
+test("a page that is not cross-origin isolated runs one thread and says why", async () => {
+  const p = await browser.newPage();
+  try {
+    await p.goto(`${base}/plain/pkg-tests/app.html`);
+    await p.waitForFunction(() => window.ready);
+    const r = await p.evaluate(async (url) => {
+      const m = await Pippin.load(url, { cache: false, backend: "cpu" });
+      const text = await m.generate("The capital of France is", { maxTokens: 4 }).text();
+      const info = m.info();
+      await m.dispose();
+      return { text, info, isolated: crossOriginIsolated };
+    }, MODEL);
+    assert.equal(r.isolated, false);
+    assert.equal(r.text, " Paris.\n\n");
+    assert.equal(r.info.threads, 1);
+    assert.match(r.info.threadsReason, /not cross-origin isolated.*Cross-Origin-Opener-Policy: same-origin/);
+  } finally {
+    await p.close();
+  }
 });
 
 test("without WebGPU the package runs on the CPU backend; asking for WebGPU says what to do", async () => {

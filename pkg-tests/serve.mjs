@@ -1,10 +1,11 @@
 // A static file server for the browser tests, on 127.0.0.1 only: the repository root
-// (pkg/, pkg-tests/, models/), plus a few test-only routes for error cases. Paths stay
+// (pkg/, pkg-tests/, models/), cross-origin isolated but below /plain/, plus a few
+// test-only routes for error cases. Paths stay
 // inside the root and only requests to this machine are answered.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
-import { HttpError, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
+import { HttpError, ISOLATED, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
 
 const ROUTES = {
   // The first 20 MB of the real model: a download that stops early.
@@ -23,10 +24,14 @@ export function serve(root) {
   const server = http.createServer((req, res) => {
     try {
       if (!localHost(req)) throw new HttpError(403, "forbidden: only requests to 127.0.0.1 or localhost");
-      const raw = String(req.url ?? "/").split("?")[0].split("#")[0];
+      let raw = String(req.url ?? "/").split("?")[0].split("#")[0];
       const route = ROUTES[raw];
       if (route) return route(root, res);
-      sendFile(res, resolveInside(root, raw));
+      // Pages are cross-origin isolated (the CPU backend's threads), except below
+      // /plain/: a site that does not send the headers.
+      const plain = raw.startsWith("/plain/");
+      if (plain) raw = raw.slice("/plain".length);
+      sendFile(res, resolveInside(root, raw), plain ? {} : ISOLATED);
     } catch (e) {
       sendError(res, e);
     }

@@ -6,7 +6,7 @@
 import http from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { HttpError, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
+import { HttpError, ISOLATED, localHost, resolveInside, sendError, sendFile } from "../scripts/lib/static.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const ROUTES = [
@@ -28,7 +28,7 @@ export function serve(port = 0) {
     try {
       if (!localHost(req)) throw new HttpError(403, "forbidden: this server answers only requests to 127.0.0.1 or localhost");
       const raw = String(req.url ?? "/").split("?")[0].split("#")[0];
-      sendFile(res, resolve(raw), { "cache-control": "no-cache" });
+      sendFile(res, resolve(raw), { "cache-control": "no-cache", ...ISOLATED });
     } catch (e) {
       sendError(res, e);
     }

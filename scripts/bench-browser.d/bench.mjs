@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { tmpdir } from "node:os";
 import { chromium } from "playwright-core";
-import { HttpError, localHost, resolveInside, sendError, sendFile } from "../lib/static.mjs";
+import { HttpError, ISOLATED, localHost, resolveInside, sendError, sendFile } from "../lib/static.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, "../..");
@@ -56,7 +56,7 @@ const { values: opt } = parseArgs({
 if (opt.help) {
   console.log(`usage: scripts/bench-browser [--model PATH] [--json] [--prompt-tokens N] [--max-tokens N]
                   [--threads 1,2] [--engines pippin,wllama] [--timeout SECONDS]
-Runs Pippin's CPU backend, then wllama with each --threads count (CPU only), one after the
+Runs Pippin's CPU backend, then wllama, each with each --threads count (CPU only), one after the
 other in a fresh headless Chromium each, on the same GGUF and prompt; prints prefill and
 decode tokens/s and the peak resident memory of the browser's processes above their idle
 baseline. --timeout bounds each run (load + generate), in seconds.`);
@@ -101,8 +101,7 @@ function bounded(p, ms, what) {
 // and the model, wherever it lies, at MODEL_ROUTE.
 function serve() {
   const isolated = {
-    "cross-origin-opener-policy": "same-origin",
-    "cross-origin-embedder-policy": "require-corp",
+    ...ISOLATED,
     "cross-origin-resource-policy": "same-origin",
     "cache-control": "no-store",
   };
@@ -266,7 +265,7 @@ async function main() {
     log(`browser: ${features.userAgent.match(/Chrom\S+/)?.[0] ?? features.userAgent}; crossOriginIsolated=${features.crossOriginIsolated} JSPI=${features.jspi} memory64=${features.memory64} cores=${features.hardwareConcurrency}`);
 
     const runs = [];
-    if (ENGINES.includes("pippin")) runs.push({ engine: "pippin-cpu", threads: 1 });
+    if (ENGINES.includes("pippin")) for (const t of THREADS) runs.push({ engine: "pippin-cpu", threads: t });
     if (ENGINES.includes("wllama")) for (const t of THREADS) runs.push({ engine: "wllama", threads: t });
     for (const run of runs) {
       const label = `${run.engine} (${run.threads} thread${run.threads > 1 ? "s" : ""})`;
@@ -314,7 +313,9 @@ function fromPippin(run, r) {
   return {
     ...run,
     backend: r.backend,
-    multithread: false,
+    threads: r.threads,
+    threadsReason: r.threadsReason,
+    multithread: r.multithread,
     promptTokens: u.promptTokens,
     generatedTokens: u.generatedTokens,
     finishReason: r.finishReason,

@@ -9,6 +9,16 @@ export const TYPES = {
   ".wasm": "application/wasm", ".json": "application/json", ".svg": "image/svg+xml", ".gguf": "application/octet-stream",
 };
 
+/**
+ * The headers that make a page cross-origin isolated, so that it has SharedArrayBuffer:
+ * Pippin's CPU backend then runs on every core (helper workers). Every response gets
+ * them: a worker's script needs its own COEP.
+ */
+export const ISOLATED = {
+  "cross-origin-opener-policy": "same-origin",
+  "cross-origin-embedder-policy": "require-corp",
+};
+
 /** An HTTP error with its status. */
 export class HttpError extends Error {
   constructor(status, message) {

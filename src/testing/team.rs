@@ -3,17 +3,16 @@
 //! the split, the rounds and the gathering are tested natively; `kill` stops a helper
 //! as a crashed worker would.
 
-use crate::engine::cpu::team::{lost, Job, Slice, Team};
-use crate::engine::cpu::QMatrix;
+use crate::engine::cpu::team::{lost, Job, Slice, Slices, Team};
 use crate::error::{Error, Result};
-use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 enum Msg {
-    Give(u32, QMatrix, usize, usize),
-    Matmul(u32, usize, Vec<f32>),
+    /// A slice (its bytes owned: `Slice` borrows them).
+    Give(Slice<'static>, Vec<u8>),
+    Matmul(u32, Vec<f32>),
     Rows(u32, Vec<u32>),
 }
 
@@ -72,33 +71,17 @@ impl ThreadTeam {
 }
 
 fn helper(rx: Receiver<Msg>, answers: Sender<Answer>) {
-    let mut parts: HashMap<u32, (QMatrix, usize, usize)> = HashMap::new();
+    let mut slices = Slices::default();
     while let Ok(m) = rx.recv() {
         let answer = match m {
-            Msg::Give(id, part, first, slot) => {
-                parts.insert(id, (part, first, slot));
+            Msg::Give(s, bytes) => {
+                if let Err(e) = slices.add(Slice { bytes: &bytes, ..s }) {
+                    let _ = answers.send(Err(e));
+                }
                 continue;
             }
-            Msg::Matmul(id, t, x) => parts
-                .get(&id)
-                .map(|(m, _, slot)| vec![(t * slot, m.apply_held(&x))])
-                .ok_or_else(|| Error::invalid(format!("no slice of matrix {id}"))),
-            Msg::Rows(id, rows) => parts
-                .get(&id)
-                .map(|(m, first, _)| {
-                    let held = *first..first + m.held();
-                    let mine = rows
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| held.contains(&(**r as usize)));
-                    mine.map(|(i, &r)| {
-                        let mut row = vec![0f32; m.cols];
-                        m.decode_row(r as usize - first, &mut row);
-                        (i * m.cols, row)
-                    })
-                    .collect()
-                })
-                .ok_or_else(|| Error::invalid(format!("no slice of matrix {id}"))),
+            Msg::Matmul(id, x) => slices.matmul(id, &x).map(|a| vec![a]),
+            Msg::Rows(id, rows) => slices.rows(id, &rows),
         };
         if answers.send(answer).is_err() {
             return;
@@ -116,8 +99,8 @@ impl Team for ThreadTeam {
     }
 
     fn give(&self, k: usize, s: Slice<'_>) -> Result<()> {
-        let part = QMatrix::ggml(s.ty, s.rows, s.cols, s.bytes.to_vec())?;
-        match self.send(k, Msg::Give(s.id, part, s.first, s.slot)) {
+        let bytes = s.bytes.to_vec();
+        match self.send(k, Msg::Give(Slice { bytes: &[], ..s }, bytes)) {
             true => Ok(()),
             false => Err(self.fail(format!("helper {k} is gone"))),
         }
@@ -127,7 +110,7 @@ impl Team for ThreadTeam {
         *self.began.lock().expect("team lock") = Instant::now();
         for k in 0..self.helpers() {
             let m = match job {
-                Job::Matmul { id, t, x } => Msg::Matmul(id, t, x.to_vec()),
+                Job::Matmul { id, x, .. } => Msg::Matmul(id, x.to_vec()),
                 Job::Rows { id, rows } => Msg::Rows(id, rows.to_vec()),
             };
             // A helper that is gone does not answer: `finish` finds it out.

@@ -3,6 +3,7 @@
 //! public API (async iterators, AbortSignal, Cache Storage, the Worker).
 
 mod source;
+mod threads;
 
 use crate::engine::choice::{choose, BackendRequest, WebGpuProbe};
 use crate::engine::{
@@ -17,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use source::JsStream;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
+pub use threads::{Helper, JsTeam};
 use wasm_bindgen::prelude::*;
 
 /// Counts the heap, for `stats()` (see `memory`).
@@ -179,13 +182,15 @@ impl Engine {
     /// Loads a GGUF model from a stream of bytes (`Response.body`, `Blob.stream()`),
     /// uploading it to the GPU tensor by tensor. `total` is the size when known;
     /// `onProgress(loaded, total)` is called as bytes arrive, `onPhase("compile")` when
-    /// the pipelines compile.
+    /// the pipelines compile. On the CPU backend, `team` (js/team.js) holds the worker
+    /// threads the matrices' rows are split across.
     pub async fn load(
         stream: web_sys::ReadableStream,
         total: Option<f64>,
         options: JsValue,
         on_progress: Option<js_sys::Function>,
         on_phase: Option<js_sys::Function>,
+        team: Option<JsTeam>,
     ) -> JsResult<Engine> {
         console_error_panic_hook::set_once();
         // stats().wasmHeapPeakBytes: the most this load (and what follows) held.
@@ -225,9 +230,12 @@ impl Engine {
             },
         };
         let core = match gpu {
-            Err(why) => Core::load_cpu(&mut src, so, &mut progress, &why)
-                .await
-                .map_err(js_err)?,
+            Err(why) => {
+                let team = team.map(|t| Arc::new(threads::Threads(t)) as _);
+                Core::load_cpu_shared(&mut src, so, &mut progress, &why, team)
+                    .await
+                    .map_err(js_err)?
+            }
             Ok(mut gpu) => {
                 gpu.adapter.software |= opts.software_adapter;
                 let mut core = Core::load(gpu, &mut src, so, &mut progress)

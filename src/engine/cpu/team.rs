@@ -8,8 +8,10 @@
 //! fits. Natively the backend keeps rayon; `pippin::testing::ThreadTeam` runs this
 //! protocol on std threads so that it is tested without a browser.
 
+use super::QMatrix;
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A helper's slice of a matrix: rows `first..first + rows` of matrix `id`, their
@@ -90,4 +92,49 @@ pub fn lost(why: impl std::fmt::Display) -> Error {
     Error::DeviceLost(format!(
         "a CPU worker thread failed ({why}); load the model again"
     ))
+}
+
+/// What a helper holds: its slice of each matrix, with the slice's first row and slot.
+#[derive(Default)]
+pub struct Slices {
+    parts: HashMap<u32, (QMatrix, usize, usize)>,
+}
+
+impl Slices {
+    /// Keeps a slice (a copy of `s.bytes`).
+    pub fn add(&mut self, s: Slice<'_>) -> Result<()> {
+        let m = QMatrix::ggml(s.ty, s.rows, s.cols, s.bytes.to_vec())?;
+        self.parts.insert(s.id, (m, s.first, s.slot));
+        Ok(())
+    }
+
+    fn part(&self, id: u32) -> Result<&(QMatrix, usize, usize)> {
+        self.parts
+            .get(&id)
+            .ok_or_else(|| Error::invalid(format!("this thread holds no slice of matrix {id}")))
+    }
+
+    /// `x` (`[t][cols]`) times this slice: `[t][rows]`, to go at `t · slot`.
+    pub fn matmul(&self, id: u32, x: &[f32]) -> Result<(usize, Vec<f32>)> {
+        let (m, _, slot) = self.part(id)?;
+        if !x.len().is_multiple_of(m.cols) {
+            return Err(Error::invalid("activations of a partial row"));
+        }
+        Ok((x.len() / m.cols * slot, m.apply_held(x)))
+    }
+
+    /// The rows of `rows` this slice holds, decoded: `(index in rows, values)`.
+    pub fn rows(&self, id: u32, rows: &[u32]) -> Result<Vec<(usize, Vec<f32>)>> {
+        let (m, first, _) = self.part(id)?;
+        let held = *first..first + m.held();
+        let mine = rows.iter().enumerate();
+        Ok(mine
+            .filter(|(_, &r)| held.contains(&(r as usize)))
+            .map(|(i, &r)| {
+                let mut row = vec![0f32; m.cols];
+                m.decode_row(r as usize - first, &mut row);
+                (i * m.cols, row)
+            })
+            .collect())
+    }
 }
