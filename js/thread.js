@@ -37,8 +37,14 @@ function fail(err) {
   new Uint8Array(sab, ERROR_AT, ERROR_BYTES).set(text);
 }
 
+/** How long a helper spins for the next round before it sleeps: a step's rounds come
+ * every ~0.1–1 ms, and waking from Atomics.wait costs about as much. */
+const SPIN_MS = 2;
+
 function serve(seen) {
   for (;;) {
+    const until = performance.now() + SPIN_MS;
+    while (Atomics.load(ctrl, GEN) === seen && performance.now() < until);
     Atomics.wait(ctrl, GEN, seen);
     seen = Atomics.load(ctrl, GEN);
     const kind = Atomics.load(ctrl, KIND);

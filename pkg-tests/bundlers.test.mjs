@@ -44,7 +44,7 @@ function buildAll() {
   // second entry point and the two wasm files are copied beside the bundles (README,
   // bundlers).
   fs.rmSync(path.join(apps, "dist/esbuild"), { recursive: true, force: true });
-  sh("npx", ["esbuild", "app/main.js", "pippin/worker-host.js", "--bundle", "--format=esm", "--outdir=dist/esbuild", "--entry-names=[name]", "--log-level=warning"]);
+  sh("npx", ["esbuild", "app/main.js", "pippin/worker-host.js", "pippin/thread.js", "--bundle", "--format=esm", "--outdir=dist/esbuild", "--entry-names=[name]", "--log-level=warning"]);
   for (const f of ["app/index.html", "node_modules/pippin/pippin_wasm_bg.wasm", "node_modules/pippin/pippin_guided_bg.wasm"]) {
     fs.copyFileSync(path.join(apps, f), path.join(apps, "dist/esbuild", path.basename(f)));
   }
@@ -112,23 +112,27 @@ async function runApp(url) {
   }
 }
 
-/** Both entries gave the reference's tokens and a reply the regex allows. */
-function check(r) {
+/** Both entries gave the reference's tokens and a reply the regex allows; on an
+ * isolated page (the static server's; Vite's dev server sends no COOP/COEP) the CPU
+ * backend ran on 2 threads, so the build emitted its thread worker. */
+function check(r, isolated) {
   assert.equal(r.error, undefined, r.error);
   for (const entry of ["main", "worker"]) {
     assert.deepEqual(r[entry].ids, want, entry);
     assert.match(r[entry].guided, /^(yes|no)$/, entry);
+    assert.equal(r[entry].isolated, isolated, entry);
+    if (isolated) assert.equal(r[entry].threads, 2, `${entry}: ${r[entry].threadsReason}`);
   }
 }
 
 for (const bundler of ["vite", "webpack", "esbuild"]) {
   test(`${bundler} build: pippin and pippin/worker generate the reference's greedy tokens and a guided reply`, { timeout: 300_000 }, async () => {
-    check(await runApp(`${base}/pkg-tests/bundlers/dist/${bundler}/index.html`));
+    check(await runApp(`${base}/pkg-tests/bundlers/dist/${bundler}/index.html`), true);
   });
 }
 
 test("vite dev server: pippin and pippin/worker generate the reference's greedy tokens and a guided reply", { timeout: 300_000 }, async () => {
-  check(await runApp(`${dev.url}/`));
+  check(await runApp(`${dev.url}/`), false);
 });
 
 test("no app logged an error", () => {

@@ -91,7 +91,10 @@ async function loadModel() {
     state.backend = info.backend;
     const where = info.backend === "cpu" ? "CPU" : `WebGPU (${info.gpuAdapter || "adapter"})`;
     $("n-backend").textContent = `${where}: ${info.backendReason}`;
-    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${where} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    // The CPU backend's threads (served cross-origin isolated: serve.mjs), and why.
+    const threads = info.backend === "cpu" ? `${info.threads} thread${info.threads > 1 ? "s" : ""}` : "";
+    $("n-backend").title = info.threadsReason;
+    setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${where}${threads ? ` (${threads})` : ""} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     newChat();
     enableChat(true);
     await updateNumbers();

@@ -47,7 +47,7 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     await page.click("#load");
     await page.waitForFunction(() => !document.querySelector("#input").disabled, null, { timeout: 240_000 });
     assert.match(await page.textContent("#progress-text"), /Ready/);
-    assert.match(await page.textContent("#status"), /30 layers/);
+    assert.match(await page.textContent("#status"), /30 layers · CPU \(2 threads\)/);
     // SwiftShader is a software adapter: "auto" runs the model on the CPU and says why.
     assert.match(await page.textContent("#n-backend"), /CPU: the only WebGPU adapter is a software one/);
 

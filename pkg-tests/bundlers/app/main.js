@@ -14,7 +14,10 @@ async function greedy(P) {
     // Guided generation's compiler is a second wasm module the engine fetches on this
     // first guided reply: the build must have emitted it (a lazy chunk and its wasm).
     const guided = await llm.generate("Is Paris in France? Answer yes or no:", { maxTokens: 4, responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
-    return { ids, guided };
+    // On a cross-origin isolated page the build must also have emitted the CPU
+    // backend's thread worker (info().threadsReason says when it did not start).
+    const { threads, threadsReason } = await llm.info();
+    return { ids, guided, threads, threadsReason, isolated: crossOriginIsolated };
   } finally {
     await llm.dispose();
   }
