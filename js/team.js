@@ -121,9 +121,8 @@ export class Team {
     for (let done; (done = Atomics.load(c, DONE)) < this.#workers.length; ) {
       const left = deadline - performance.now();
       if (left <= 0) return (this.#broken = `a worker did not answer within ${Math.round(deadline - now)} ms`);
-      // A page may not block: it spins (its thread is busy with this step anyway); a
-      // worker spins the first millisecond too (waking costs about as much), then sleeps.
-      if (this.#block && performance.now() - now > 1) Atomics.wait(c, DONE, done, Math.min(left, 100));
+      // A worker sleeps (see thread.js); a page may not block, so it spins.
+      if (this.#block) Atomics.wait(c, DONE, done, Math.min(left, 100));
     }
     if (Atomics.load(c, FAILED)) {
       const bytes = new Uint8Array(this.sab, ERROR_AT, ERROR_BYTES);
