@@ -250,6 +250,7 @@ function replyCalls(engine, start) {
 
 const engines = new WeakMap();
 const teams = new WeakMap();
+const unowned = new FinalizationRegistry((team) => team.close());
 
 /** What a disposed Pippin calls instead of its freed engine: every call throws. */
 const DISPOSED = new Proxy(
@@ -296,7 +297,11 @@ export class Pippin {
   constructor(engine, threads = { team: null, count: 1, reason: "" }) {
     this.#engine = engine;
     this.#threads = threads;
-    if (threads.team) teams.set(this, threads.team);
+    if (threads.team) {
+      teams.set(this, threads.team);
+      // A Pippin dropped without dispose() still ends its workers (and their weights).
+      unowned.register(this, threads.team, this);
+    }
     engines.set(this, engine);
     // `llm.chat(messages)` and OpenAI's `llm.chat.completions.create(params)`.
     this.chat = Object.assign(this.chat.bind(this), { completions: completionsFor(this) });
@@ -333,8 +338,12 @@ export class Pippin {
     };
     const onPhase = progress ? (phase) => progress({ phase, loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 }) : undefined;
     let engine;
-    let threads = await threadsFor(options, webgpu);
+    let threads = { team: null };
     try {
+      threads = await threadsFor(options, webgpu).catch((e) => {
+        throw asPippinError(e, "Internal");
+      });
+      if (signal?.aborted) throw loadAborted(signal);
       engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase, threads.team ?? undefined);
       if (threads.team && engine.info().backend !== "cpu") {
         threads.team.close();
@@ -343,13 +352,10 @@ export class Pippin {
       await threads.team?.ready().catch((e) => {
         throw new PippinError("DeviceLimits", `a CPU worker thread could not take its share of the model: ${e.message}`);
       });
-      if (signal?.aborted) {
-        engine.free();
-        throw loadAborted(signal);
-      }
+      if (signal?.aborted) throw loadAborted(signal);
     } catch (e) {
       threads.team?.close();
-      if (engine && !signal?.aborted) engine.free();
+      engine?.free();
       const stopped = Boolean(signal?.aborted);
       // An aborted load says nothing about a cached copy: it is kept.
       await src.done(stopped && Boolean(src.fromCache));
@@ -428,6 +434,7 @@ export class Pippin {
     this.#engine.dispose();
     this.#engine.free();
     this.#threads.team?.close();
+    unowned.unregister(this);
     this.#engine = DISPOSED;
     engines.delete(this);
   }

@@ -172,9 +172,10 @@ export async function startTeam(asked, wasmUrl) {
   if (!globalThis.crossOriginIsolated || typeof SharedArrayBuffer !== "function") {
     return { team: null, count: 1, reason: NOT_ISOLATED };
   }
-  const sab = new SharedArrayBuffer(DATA_AT + 4 * CAPACITY);
+  let sab;
   const workers = [];
   try {
+    sab = new SharedArrayBuffer(DATA_AT + 4 * CAPACITY);
     for (let k = 0; k < count - 1; k++) {
       // Written inline as bundlers recognize it (see worker.js).
       workers.push(new Worker(new URL("./thread.js", import.meta.url), { type: "module" }));

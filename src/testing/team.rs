@@ -26,7 +26,7 @@ pub struct ThreadTeam {
     capacity: usize,
     broken: Mutex<Option<String>>,
     /// When the round began: a helper silent for 20 times the lead's share of it (and
-    /// at least a second) is taken for dead, as in the browser.
+    /// at least 5 s) is taken for dead, as in the browser.
     began: Mutex<Instant>,
 }
 
@@ -123,7 +123,7 @@ impl Team for ThreadTeam {
             return Err(e);
         }
         let lead = self.began.lock().expect("team lock").elapsed();
-        let deadline = Instant::now() + (lead * 20).max(Duration::from_secs(1));
+        let deadline = Instant::now() + (lead * 20).max(Duration::from_secs(5));
         let from = self.from.lock().expect("team lock");
         for _ in 0..self.helpers() {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -16,9 +16,18 @@ extern "C" {
     fn helpers(this: &JsTeam) -> u32;
     #[wasm_bindgen(method)]
     fn capacity(this: &JsTeam) -> u32;
-    #[wasm_bindgen(method)]
+    #[wasm_bindgen(method, catch)]
     #[allow(clippy::too_many_arguments)]
-    fn give(this: &JsTeam, k: u32, id: u32, ty: u32, first: u32, slot: u32, cols: u32, b: &[u8]);
+    fn give(
+        this: &JsTeam,
+        k: u32,
+        id: u32,
+        ty: u32,
+        first: u32,
+        slot: u32,
+        cols: u32,
+        b: &[u8],
+    ) -> Result<(), JsValue>;
     #[wasm_bindgen(method)]
     fn start(this: &JsTeam, id: u32, x: &[f32], cols: u32);
     #[wasm_bindgen(method, js_name = startRows)]
@@ -47,9 +56,17 @@ impl Team for Threads {
     fn give(&self, k: usize, s: Slice<'_>) -> Result<()> {
         let (first, slot) = (s.first as u32, s.slot as u32);
         let ty = s.ty.id();
+        // Copying a slice for its worker can fail (out of memory): a clear error, not
+        // an exception through the loader's frames.
+        let (id, cols) = (s.id, s.cols as u32);
         self.0
-            .give(k as u32, s.id, ty, first, slot, s.cols as u32, s.bytes);
-        Ok(())
+            .give(k as u32, id, ty, first, slot, cols, s.bytes)
+            .map_err(|e| {
+                let why = js_sys::Error::from(e).message();
+                Error::device_limits(format!(
+                    "a CPU worker thread could not take its share of the model: {why}"
+                ))
+            })
     }
     fn start(&self, job: Job<'_>) {
         match job {

@@ -269,20 +269,19 @@ impl QMatrix {
     /// records why; the backend fails the call with it).
     fn apply_shared(&self, r: &Remote, x: &[f32]) -> Vec<f32> {
         let (cols, rows, held) = (self.cols, self.rows, r.split[0]);
-        // Rounds of even size: a one-token round would take K-quants' integer path
-        // where the whole prefill takes the f32 one (the same logits within the
-        // tolerance, but not bit for bit as on one thread).
+        // Rounds of even size (they differ by one token at most): a one-token round
+        // would take K-quants' integer path where the whole prefill takes the f32 one
+        // (the same logits within the tolerance, but not bit for bit as on one thread).
         let (t_all, most) = (
             x.len() / cols,
             (r.team.capacity() / (cols + r.rows())).max(1),
         );
-        let per_token = t_all.div_ceil(t_all.div_ceil(most)).max(1);
+        let rounds = t_all.div_ceil(most);
         let mut y = vec![0f32; t_all * rows];
-        for (xc, yc) in x
-            .chunks(per_token * cols)
-            .zip(y.chunks_mut(per_token * rows))
-        {
-            let t = xc.len() / cols;
+        for k in 0..rounds {
+            let (a, b) = (t_all * k / rounds, t_all * (k + 1) / rounds);
+            let (xc, yc) = (&x[a * cols..b * cols], &mut y[a * rows..b * rows]);
+            let t = b - a;
             r.team.start(Job::Matmul { id: r.id, t, x: xc });
             let mine = self.apply_held(xc);
             let mut theirs = vec![0f32; t * r.rows()];
