@@ -7,7 +7,6 @@ mod common;
 
 use common::{model_path, reference, testdata};
 use pippin::adapters;
-use pippin::adapters::fixture::{self, FixtureSpec};
 use pippin::engine::cpu::dot::{dot_scalar, has_int_dot, Q16};
 use pippin::engine::{
     AdapterChoice, Backend, BackendKind, CpuBackend, CpuModel, CpuState, Engine, Event,
@@ -298,15 +297,7 @@ fn the_engine_writes_transformers_greedy_text() {
 #[test]
 fn adapters_apply_at_run_time_and_switch_back_exactly() {
     let c = &reference().config;
-    let spec = FixtureSpec {
-        rank: 8,
-        alpha: 16.0,
-        modules: &adapters::MODULES,
-        seed: 3,
-        zero_b: false,
-        half: true,
-    };
-    let (config, weights) = fixture::write(c, &spec);
+    let (config, weights) = common::rank8_adapter();
     let adapter = adapters::parse(config.as_bytes(), &weights, c).unwrap();
     // The reference merges W + B·A; the CPU backend adds B·(A·x) beside each matmul.
     let mut merged = pippin::model::load_reference(&model_path()).unwrap().1;

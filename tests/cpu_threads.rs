@@ -9,8 +9,6 @@
 mod common;
 
 use common::{gemma_path, load_cpu, model_path, models_file, reference};
-use pippin::adapters;
-use pippin::adapters::fixture::{self, FixtureSpec};
 use pippin::engine::cpu::team::Team;
 use pippin::engine::{AdapterChoice, Engine, Event, GenerateOptions, Prompt, SessionOptions};
 use pippin::model::KvCache;
@@ -114,15 +112,7 @@ fn greedy(e: &mut Engine, n: usize, adapter: AdapterChoice) -> pippin::error::Re
 
 #[test]
 fn an_adapter_gives_the_same_replies_on_threads() {
-    let spec = FixtureSpec {
-        rank: 8,
-        alpha: 16.0,
-        modules: &adapters::MODULES,
-        seed: 3,
-        zero_b: false,
-        half: true,
-    };
-    let (config, weights) = fixture::write(&reference().config, &spec);
+    let (config, weights) = common::rank8_adapter();
     let team: Arc<dyn Team> = ThreadTeam::new(1, 1 << 22);
     let (mut one, mut two) = (engine(None), engine(Some(team)));
     assert_eq!(two.threads(), 2);

@@ -86,3 +86,18 @@ pub fn load_cpu(
     let load = pippin::engine::cpu::load_shared(&mut src, 4096, &mut progress, &mut check, team);
     pollster::block_on(load).unwrap().0
 }
+
+/// A rank-8 adapter of every projection for the default model (seed 3): its
+/// adapter_config.json and safetensors bytes.
+pub fn rank8_adapter() -> (String, Vec<u8>) {
+    use pippin::adapters::fixture::{write, FixtureSpec};
+    let spec = FixtureSpec {
+        rank: 8,
+        alpha: 16.0,
+        modules: &pippin::adapters::MODULES,
+        seed: 3,
+        zero_b: false,
+        half: true,
+    };
+    write(&reference().config, &spec)
+}
