@@ -74,6 +74,10 @@ export class Team {
    * terminate(); a crash or a trap inside it is what this stands for.) */
   exit(k) {
     this.#go(EXIT, k, 0, 0);
+    // Until helper k has read it: a round started sooner would overwrite KIND, and the
+    // helper would take that round instead (a test hook: a short spin is fine).
+    const until = performance.now() + 5000;
+    while (Atomics.load(this.#ctrl, DONE) < 1 && performance.now() < until);
   }
 
   capacity() {

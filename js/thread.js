@@ -48,8 +48,9 @@ function serve(seen) {
     const kind = Atomics.load(ctrl, KIND);
     if (kind === STOP) return close();
     if (kind === EXIT) {
-      if (ctrl[ID] === index) return; // never answers again
-      continue;
+      if (ctrl[ID] !== index) continue;
+      Atomics.add(ctrl, DONE, 1); // read (team.js waits for this), then never answers again
+      return;
     }
     try {
       if (kind === MATMUL) matmul(ctrl[ID]);
