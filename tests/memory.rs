@@ -2,7 +2,7 @@
 //! large the model (counted by `pippin::memory::Counting`, installed here as in the
 //! CLI and the wasm module). One test in this binary: the counters are the process's,
 //! so nothing else may allocate while a load is measured. (That a matrix written in
-//! slices equals one uploaded whole is checked in kernels_matmul.rs.)
+//! slices equals one uploaded whole is checked in tests/suite/kernels_matmul.rs.)
 
 use pippin::engine::GpuModel;
 use pippin::gpu::{Caps, Gpu};

@@ -1,7 +1,7 @@
 //! Any bytes through the CPU reference's whole loader (header, config, tensor shapes,
 //! every weight decoded) and, when they parse that far, a one-token forward pass:
 //! errors are fine, panics, hangs and huge allocations are bugs. The GPU loader shares
-//! everything up to the upload; `tests/crafted_files.rs` runs crafted files there.
+//! everything up to the upload; `tests/suite/crafted_files.rs` runs crafted files there.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -2,7 +2,7 @@
 //! (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K tensors; SentencePiece; sliding windows) and
 //! SmolLM2 requantized to Q3_K_M (Q4_0, Q4_K, Q5_0, Q5_1, Q5_K tensors).
 
-mod common;
+use crate::common;
 
 use common::llama_cpp::{check_steps, check_top5, sure_prefix};
 use common::{gemma_path, ids, models_file, testdata};

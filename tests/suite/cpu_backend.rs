@@ -3,7 +3,7 @@
 //! model teacher-forced, its greedy text against transformers', an adapter, and the
 //! engine's API on this backend.
 
-mod common;
+use crate::common;
 
 use common::{model_path, reference, testdata};
 use pippin::adapters;

@@ -3,7 +3,7 @@
 //! running reply goes on exactly as it would alone; ids keep a stale reply from
 //! stopping or reading a newer one; a reply let go of frees the engine.
 
-mod common;
+use crate::common;
 
 use common::model_path;
 use pippin::adapters::fixture::{self, FixtureSpec};

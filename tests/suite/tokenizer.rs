@@ -1,7 +1,7 @@
 //! The tokenizer built from the GGUF's metadata against llama.cpp's ids
 //! (`../shared/testdata/smollm2-tokenizer-cases.json`) and the reference chat prompt.
 
-mod common;
+use crate::common;
 
 use common::{ids, model_path, testdata};
 use pippin::gguf::Gguf;

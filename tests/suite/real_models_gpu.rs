@@ -3,7 +3,7 @@
 //! like the CPU reference and reproduce llama.cpp's greedy tokens; the sliding-window
 //! ring cache gives the logits of a full cache.
 
-mod common;
+use crate::common;
 
 use common::llama_cpp::sure_prefix;
 use common::{gemma_path, ids, models_file, synthetic, testdata};

@@ -56,6 +56,15 @@ pub fn reference() -> &'static Reference {
     })
 }
 
+/// The default model on the CPU backend (integer kernels, several times faster than
+/// the f32 reference), loaded once per test binary: for tests whose subject is what
+/// the generate loop does with logits (guided output, tool calls), not the forward pass.
+#[allow(dead_code)]
+pub fn cpu_model() -> &'static pippin::engine::CpuModel {
+    static M: OnceLock<pippin::engine::CpuModel> = OnceLock::new();
+    M.get_or_init(|| load_cpu(&model_path(), None))
+}
+
 pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .expect("array")

@@ -2,7 +2,7 @@
 //! libggml-base, called by `scripts/lib/ggml_dequant.py` on real blocks of the
 //! requantized fixture files and of Gemma 3): bit for bit, every decodable type.
 
-mod common;
+use crate::common;
 
 use pippin::quant::{dequantize, GgmlType};
 

@@ -2,7 +2,7 @@
 //! against the CPU reference with merged weights W + s·B·A, B = 0, switching,
 //! and bad adapter files.
 
-mod common;
+use crate::common;
 
 use common::model_path;
 use pippin::adapters::fixture::{self, FixtureSpec};

@@ -1,8 +1,8 @@
 //! `pippin convert` on small synthetic models: GGUF and Hugging Face inputs give the
 //! same palettized tensors, bad inputs are clear errors that leave no output file.
-//! (The default model's conversion, GPU run and perplexity are in tests/palettized.rs.)
+//! (The default model's conversion, GPU run and perplexity are in tests/suite/palettized.rs.)
 
-mod common;
+use crate::common;
 
 use common::gpu::values;
 use pippin::convert::{self, Bits, Options};

@@ -1,6 +1,6 @@
 //! The generate loop on the CPU reference, and the `pippin` CLI end to end.
 
-mod common;
+use crate::common;
 
 use common::{model_path, reference};
 use pippin::engine::{self, Backend, CpuSession, FinishReason, GenerateOptions, Usage};

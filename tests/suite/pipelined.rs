@@ -5,7 +5,7 @@
 //! max tokens, stop strings and a full context end the reply exactly, with the same
 //! tokens left in the KV cache; a failed read is reported and a retry goes on.
 
-mod common;
+use crate::common;
 
 use common::model_path;
 // A backend seen one step at a time (`chains` is false).

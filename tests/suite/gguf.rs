@@ -1,7 +1,7 @@
 //! The GGUF reader on real, synthetic and damaged files: every bad file gives a clear
 //! error, never a panic or a huge allocation.
 
-mod common;
+use crate::common;
 
 use common::model_path;
 use pippin::gguf::{read_header, Array, Gguf, TensorStream, Value, Writer};

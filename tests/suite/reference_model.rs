@@ -2,7 +2,7 @@
 //! (`../shared/testdata/smollm2-reference.json`, float32 transformers), compared as its
 //! `how_to_compare` says: teacher-forced, tolerant where the reference is near a tie.
 
-mod common;
+use crate::common;
 
 use common::{ids, reference, testdata};
 use pippin::model::KvCache;

@@ -3,7 +3,7 @@
 //! reference outputs, and every requantized fixture (Q2_K … Q6_K, Q5_0, Q5_1, IQ4_NL)
 //! against the f32 reference forward of the same file, teacher-forced and greedy.
 
-mod common;
+use crate::common;
 
 use common::llama_cpp::{check_steps, sure_prefix};
 use common::{gemma_path, ids, models_file, testdata};

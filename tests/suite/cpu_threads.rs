@@ -6,7 +6,7 @@
 //! looked up across threads; an adapter gives the same replies; a helper that dies
 //! fails the call with DeviceLost, without a hang.
 
-mod common;
+use crate::common;
 
 use common::{gemma_path, load_cpu, model_path, models_file, reference};
 use pippin::engine::cpu::team::Team;

@@ -3,7 +3,7 @@
 //! file is a clear error naming what and where — never a panic, a hang, or a file
 //! read to the end before a header error.
 
-mod common;
+use crate::common;
 
 use common::synthetic::{with_dim0, with_type_id, Spec};
 use pippin::engine::{ByteSource, GpuModel, ReadSource};

@@ -5,15 +5,15 @@
 //! `jsonschema` crate), in the model's syntax or the fallback, natively and through the
 //! engine the browser drives.
 
-mod common;
+use crate::common;
 
-use common::{model_path, reference};
+use common::{cpu_model, model_path};
 use pippin::engine::tools::{self, Named};
 use pippin::engine::{
-    self, CpuSession, Engine, Event, FinishReason, GenerateOptions, Prompt, ToolChoice, ToolMode,
+    self, CpuBackend, CpuState, Engine, Event, FinishReason, GenerateOptions, Prompt, ToolChoice,
+    ToolMode,
 };
 use pippin::gguf::{Gguf, Value as GgufValue};
-use pippin::gpu::{Caps, Gpu};
 use pippin::tokenizer::{Message, Tokenizer, Tool, ToolCall, ToolSyntax};
 use serde_json::{json, Value};
 
@@ -67,7 +67,7 @@ fn options(tools: Vec<Tool>, choice: Option<ToolChoice>) -> GenerateOptions {
     }
 }
 
-/// A reply on the CPU reference: (text, finish, calls).
+/// A reply on the CPU backend: (text, finish, calls).
 fn reply(
     tk: &Tokenizer,
     messages: &[Message],
@@ -75,7 +75,8 @@ fn reply(
 ) -> (String, FinishReason, Vec<ToolCall>) {
     let p = tools::prepare(tk, messages, o).unwrap();
     let mut text = String::new();
-    let mut s = CpuSession::new(reference());
+    let mut state = CpuState::default();
+    let mut s = CpuBackend::new(cpu_model(), &mut state, None);
     let (finish, _, calls) = pollster::block_on(engine::generate_calls(
         &mut s,
         tk,
@@ -251,7 +252,8 @@ fn required_calls_are_valid_in_the_fallback_syntax() {
     // The call as generated: compact JSON in the fallback's shape.
     let p = tools::prepare(&tk, &ask("Weather in Paris?"), &options(tools, required)).unwrap();
     let mut raw = String::new();
-    let mut s = CpuSession::new(reference());
+    let mut state = CpuState::default();
+    let mut s = CpuBackend::new(cpu_model(), &mut state, None);
     pollster::block_on(engine::generate(&mut s, &tk, &p.ids, &p.opts, |t, _| {
         raw.push_str(t);
         true
@@ -369,12 +371,12 @@ fn bad_tool_requests_are_errors() {
     assert!(tools::prepare(&tk, &ask("hi"), &o).is_ok());
 }
 
-/// Through the engine (what the browser and the worker drive), on the GPU: the call
-/// comes with the end of the reply, the engine is free after it.
+/// Through the engine (what the browser and the worker drive; its CPU backend, as the
+/// calls are made by the generate loop whatever the backend): the call comes with the
+/// end of the reply, the engine is free after it.
 #[test]
 fn engine_replies_with_tool_calls() {
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-    let mut e = pollster::block_on(Engine::load_file(gpu, &model_path(), Default::default()))
+    let mut e = pollster::block_on(Engine::load_file_cpu(&model_path(), Default::default()))
         .expect("the default model loads");
     let tools = weather_tools();
     let o = options(tools.clone(), Some(ToolChoice::Mode(ToolMode::Required)));

@@ -4,7 +4,7 @@
 //! Calibration uses 256 tokens of texts/social-contract.txt (32 for sensitivities) so
 //! CI stays fast; the README's table uses the CLI defaults (1024 and 128).
 
-mod common;
+use crate::common;
 
 use common::{model_path, root};
 use pippin::adapters::{self, fixture, fixture::FixtureSpec};
@@ -23,8 +23,10 @@ use pippin::tokenizer::{Message, Tokenizer};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Perplexity bounds on the first 128 tokens of texts/debian-manifesto.txt (GPU, int8
-/// KV), as stated in README.md. The original Q4_1 model scores ~34 there.
+/// Perplexity bounds on the first 128 tokens of texts/debian-manifesto.txt (int8 KV),
+/// as stated in README.md. They are measured on the CPU backend, ~50x faster than
+/// lavapipe here; the GPU's palettized kernels are held to the CPU reference of the
+/// same file (f32 KV) in the mixed model's test. The original Q4_1 model scores ~34 there.
 const ORIGINAL_MAX: f64 = 36.0;
 const FOUR_BIT_MAX: f64 = 45.0;
 const MIXED_MAX: f64 = 65.0;
@@ -91,6 +93,18 @@ fn gpu_perplexity(m: &GpuModel, path: &Path, kv: KvFormat) -> Perplexity {
     pollster::block_on(perplexity(&mut b, &tokens(path, 128), 128, 64)).unwrap()
 }
 
+/// Perplexity on the CPU backend (palettes kept packed).
+fn cpu_perplexity(path: &Path, kv: KvFormat) -> Perplexity {
+    let o = SessionOptions {
+        max_context: 128,
+        kv,
+        ..Default::default()
+    };
+    let mut e = pollster::block_on(Engine::load_file_cpu(path, o)).unwrap();
+    let mut b = e.backend().unwrap();
+    pollster::block_on(perplexity(&mut b, &tokens(path, 128), 128, 64)).unwrap()
+}
+
 /// Greedy chat answer, GPU (f32 KV) and CPU reference.
 fn answers(path: &Path, m: &GpuModel, question: &str) -> (String, String) {
     let (g, _) = Gguf::open(path).unwrap();
@@ -153,15 +167,14 @@ fn four_bit_model_answers_and_stays_within_its_perplexity_bound() {
     );
     assert!(gpu.contains("Paris"), "{gpu:?}");
 
-    let p = gpu_perplexity(&m, path, KvFormat::Int8);
+    let p = cpu_perplexity(path, KvFormat::Int8);
     eprintln!(
         "4-bit perplexity (128 tokens, int8 KV): {:.3}",
         p.perplexity
     );
     assert!(p.perplexity <= FOUR_BIT_MAX, "{p:?}");
 
-    let original = gpu_model(&model_path());
-    let o = gpu_perplexity(&original, &model_path(), KvFormat::Int8);
+    let o = cpu_perplexity(&model_path(), KvFormat::Int8);
     eprintln!(
         "original perplexity (128 tokens, int8 KV): {:.3}",
         o.perplexity
@@ -251,8 +264,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
         assert_eq!(lut.dims, vec![1 << e.bits, tables as u64], "{}", e.name);
     }
 
-    let m = gpu_model(path);
-    let p = gpu_perplexity(&m, path, KvFormat::Int8);
+    let p = cpu_perplexity(path, KvFormat::Int8);
     eprintln!(
         "mixed perplexity (128 tokens, int8 KV): {:.3}",
         p.perplexity
@@ -260,6 +272,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     assert!(p.perplexity <= MIXED_MAX, "{p:?}");
 
     // The GPU's palettized kernels against the CPU reference of the same file.
+    let m = gpu_model(path);
     let f32_kv = gpu_perplexity(&m, path, KvFormat::F32);
     let (_, r) = load_reference(path).unwrap();
     let mut s = CpuSession::new(&r);

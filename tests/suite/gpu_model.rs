@@ -2,7 +2,7 @@
 //! reference: teacher-forced logits, greedy tokens, quantized KV, KV reuse across
 //! chat turns, prefill chunking, context overflow.
 
-mod common;
+use crate::common;
 
 use common::{model_path, reference};
 use pippin::engine::{

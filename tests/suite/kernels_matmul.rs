@@ -2,7 +2,7 @@
 //! every weight format (the GGML block and K-quant formats, palettized 2- and 4-bit),
 //! over awkward shapes.
 
-mod common;
+use crate::common;
 
 use common::gpu::{ctx, ctx_all, max_diff, values, Ctx};
 use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};

@@ -3,7 +3,7 @@
 //! shapes: one token, one KV head, many query heads per KV head, KV lengths crossing
 //! split boundaries, long contexts.
 
-mod common;
+use crate::common;
 
 use common::gpu::{ctx, max_diff, values};
 use pippin::kernels::elementwise::NormOut;
