@@ -320,9 +320,14 @@ export interface Info {
   maxBufferSize: number;
 }
 
+/** One GGUF file. */
+export type ModelFile = string | URL | Response | Blob | ArrayBuffer | Uint8Array;
+
 export declare class Pippin {
-  /** Loads a GGUF model from a URL, a Response, a Blob/File or bytes onto the GPU. */
-  static load(source: string | URL | Response | Blob | ArrayBuffer | Uint8Array, options?: LoadOptions): Promise<Pippin>;
+  /** Loads a GGUF model from a URL, a Response, a Blob/File or bytes onto the GPU (or
+   * into memory for the CPU backend); a split model from its files in order, or from
+   * the URL of its first file (`…-00001-of-000NN.gguf`). */
+  static load(source: ModelFile | ModelFile[], options?: LoadOptions): Promise<Pippin>;
   /** Models kept in Cache Storage. */
   static cached(): Promise<{ url: string; bytes: number }[]>;
   static deleteCached(url: string): Promise<boolean>;

@@ -83,6 +83,8 @@ async function probeWebGPU(backend) {
 }
 
 const SIZE_HEADER = "x-pippin-bytes";
+/** Most files of a split model loaded by URL: the connections a page gets per host. */
+const MAX_URL_FILES = 6;
 
 /** Cache Storage, when this page has it (not on http: origins other than localhost). */
 async function openCache() {
@@ -119,12 +121,64 @@ function abortable(stream, signal) {
 }
 
 /**
+ * The URLs of every file of a split model (llama.cpp's gguf-split names) when `url`
+ * names its first, `…-00001-of-000NN.gguf` (as `shard_names` in src/gguf/split.rs);
+ * null otherwise. The query string, if any, is kept on each.
+ */
+function shardUrls(url) {
+  const m = /^(.*)-00001-of-(\d{5})\.gguf((?:[?#].*)?)$/.exec(String(url));
+  const n = m ? Number(m[2]) : 0;
+  if (!n) return null;
+  return Array.from({ length: n }, (_, k) => `${m[1]}-${String(k + 1).padStart(5, "0")}-of-${m[2]}.gguf${m[3]}`);
+}
+
+/**
+ * The model's files: one source, an array of a split model's files in order, or the URL
+ * of a split's first file (the others are found by name). Each file is opened as
+ * `openFile` does (from Cache Storage or downloaded, each cached under its own URL);
+ * `done(ok)` commits or discards them all.
+ */
+async function openSource(source, options) {
+  const named = typeof source === "string" || source instanceof URL ? shardUrls(source) : null;
+  if (!Array.isArray(source) && !named) return openFile(source, options);
+  const list = named ?? source;
+  if (list.length === 0) throw new PippinError("BadOptions", "Pippin.load was given an empty list of model files.");
+  // Every file's download is open at once (the headers are read first). An HTTP/1.1
+  // server gives a page 6 connections per host: a 7th download would wait for ever.
+  const urls = list.filter((f) => typeof f === "string" || f instanceof URL).length;
+  if (urls > MAX_URL_FILES) {
+    throw new PippinError(
+      "BadOptions",
+      `This model is split into ${list.length} files; at most ${MAX_URL_FILES} can be downloaded at once from one server. ` +
+        "Merge them (llama-gguf-split --merge) or split the model into fewer, larger files, or pass the files as Blobs.",
+    );
+  }
+  const files = [];
+  try {
+    for (const f of list) files.push(await openFile(f, options));
+  } catch (e) {
+    await Promise.all(files.map((f) => f.done(false).catch(() => {})));
+    throw e;
+  }
+  const totals = files.map((f) => f.total);
+  return {
+    stream: files.map((f) => f.stream),
+    total: totals.every((t) => t) ? totals.reduce((a, b) => a + b, 0) : undefined,
+    totals,
+    fromCache: files.every((f) => f.fromCache),
+    done: async (ok) => {
+      await Promise.all(files.map((f) => f.done(ok)));
+    },
+  };
+}
+
+/**
  * The model's bytes for the engine. A URL comes from Cache Storage when a complete copy
  * is there; a download is written to the cache as the engine reads it (one read of the
  * network stream, paced by the engine: nothing is buffered beyond a chunk), and the
  * entry is committed only when the model loaded: `done(ok)` commits or discards it.
  */
-async function openSource(source, options) {
+async function openFile(source, options) {
   if (typeof source === "string" || source instanceof URL) {
     const url = String(source);
     const cache = options.cache !== false ? await openCache() : null;
@@ -150,7 +204,7 @@ async function openSource(source, options) {
     const blob = new Blob([source]);
     return { stream: blob.stream(), total: blob.size, done: async () => {} };
   }
-  throw new PippinError("BadOptions", "Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array.");
+  throw new PippinError("BadOptions", "Pippin.load takes a URL, a Response, a Blob or File, or a Uint8Array (or an array of them: a split model's files).");
 }
 
 /**
@@ -310,7 +364,9 @@ export class Pippin {
   /**
    * Loads a GGUF model, streaming it tensor by tensor: onto the GPU (WebGPU), or into
    * memory for the CPU backend where WebGPU is missing or only a software adapter.
-   * @param source a URL, a Response, a Blob/File or a Uint8Array
+   * @param source a URL, a Response, a Blob/File or a Uint8Array; for a model split into
+   * several files (gguf-split), an array of them in order, or the URL of the first
+   * (`…-00001-of-000NN.gguf`: the others are found by name)
    * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, guidedWasmUrl, signal }
    */
   static async load(source, options = {}) {
@@ -344,7 +400,10 @@ export class Pippin {
         throw asPippinError(e, "Internal");
       });
       if (signal?.aborted) throw loadAborted(signal);
-      engine = await Engine.load(abortable(src.stream, signal), src.total, engineOptions, onBytes, onPhase, threads.team ?? undefined);
+      // The engine takes every file's stream and size (one of each for one file).
+      const streams = [src.stream].flat().map((s) => abortable(s, signal));
+      const totals = src.totals ?? [src.total];
+      engine = await Engine.load(streams, totals, engineOptions, onBytes, onPhase, threads.team ?? undefined);
       if (threads.team && engine.info().backend !== "cpu") {
         threads.team.close();
         threads = { team: null, count: 1, reason: "the WebGPU backend runs the model" };

@@ -1,11 +1,11 @@
 // `pippin/worker`: the same API as "pippin", with the engine in a Web Worker.
 // stats(), info() and reset() return Promises here (they cross to the worker).
-import type { AdapterFile, AdapterInfo, Chat, GenerateOptions, Info, LoadOptions, Reply, Stats } from "./index.js";
+import type { AdapterFile, AdapterInfo, Chat, GenerateOptions, Info, LoadOptions, ModelFile, Reply, Stats } from "./index.js";
 
 export * from "./index.js";
 
 export declare class Pippin {
-  static load(source: string | URL | Response | Blob | ArrayBuffer | Uint8Array, options?: LoadOptions): Promise<Pippin>;
+  static load(source: ModelFile | ModelFile[], options?: LoadOptions): Promise<Pippin>;
   static cached(): Promise<{ url: string; bytes: number }[]>;
   static deleteCached(url: string): Promise<boolean>;
   generate(prompt: string, options?: GenerateOptions): Reply;

@@ -118,12 +118,16 @@ export class Pippin {
     try {
       if (signal?.aborted) throw loadAborted(signal);
       signal?.addEventListener("abort", onAbort);
-      if (source instanceof Response) source = await source.blob();
-      if (source instanceof URL) source = String(source);
       // The worker resolves URLs against worker-host.js, not the page: send them whole
       // (resolved as the page's own fetches are, <base href> included).
+      const base = globalThis.document?.baseURI ?? location.href;
+      const sendable = async (s) => {
+        if (s instanceof Response) return s.blob();
+        return typeof s === "string" || s instanceof URL ? new URL(s, base).href : s;
+      };
+      source = Array.isArray(source) ? await Promise.all(source.map(sendable)) : await sendable(source);
       for (const k of ["wasmUrl", "guidedWasmUrl"]) {
-        if (opts[k]) opts[k] = new URL(opts[k], globalThis.document?.baseURI ?? location.href).href;
+        if (opts[k]) opts[k] = new URL(opts[k], base).href;
       }
       await conn.call("load", [source, opts], onProgress);
     } catch (e) {

@@ -137,7 +137,7 @@ test("memory: a 500 MB model loads within 64 MiB of wasm heap", async (t) => {
 });
 
 test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU reference does", async () => {
-  // Written by tests/palettized.rs, which the native suite runs first.
+  // Written by tests/suite/palettized.rs, which the native suite runs first.
   const dir = path.join(root, "target/test-palettized");
   const expected = JSON.parse(fs.readFileSync(path.join(dir, "mixed.expected.json"), "utf8"));
   const text = await page.evaluate(async ({ url, prompt, maxTokens }) => {
@@ -443,6 +443,55 @@ test("a cache write that fails (a full disk) loses only the copy: the model load
   }, MODEL);
   assert.equal(r.text, " Paris.");
   assert.equal(r.listed, 0, "no partial copy is kept");
+});
+
+test("a split model (gguf-split files) loads from its first URL or its files in order, cached file by file", async () => {
+  const r = await page.evaluate(async (dir) => {
+    const name = (k) => new URL(`${dir}/SmolLM2-135M-Instruct-0000${k}-of-00003.gguf`, location.href).href;
+    const text = async (m) => {
+      let t = "";
+      for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) t += c.text;
+      await m.dispose();
+      return t;
+    };
+    const err = async (f) => {
+      try {
+        await f();
+        return null;
+      } catch (e) {
+        return { code: e.code, message: e.message };
+      }
+    };
+    const seen = [];
+    const byName = await text(await Pippin.load(name(1), { backend: "cpu", onProgress: (p) => seen.push(p) }));
+    const cached = (await Pippin.cached()).filter((c) => c.url.includes("/split/"));
+    const fromCache = await text(await Pippin.load(name(1), { backend: "cpu" }));
+    for (const k of [1, 2, 3]) await Pippin.deleteCached(name(k));
+    const inOrder = await text(await Pippin.load([name(1), name(2), name(3)], { backend: "cpu", cache: false }));
+    const inWorker = await text(await WorkerPippin.load([name(1), name(2), name(3)], { backend: "cpu", cache: false }));
+    return {
+      byName,
+      fromCache,
+      inOrder,
+      inWorker,
+      cached,
+      upload: seen.filter((p) => p.phase === "upload").at(-1),
+      missing: await err(() => Pippin.load([name(1), name(2)], { backend: "cpu", cache: false })),
+      reordered: await err(() => Pippin.load([name(2), name(1), name(3)], { backend: "cpu", cache: false })),
+      empty: await err(() => Pippin.load([], { cache: false })),
+      after: (await Pippin.cached()).filter((c) => c.url.includes("/split/")).length,
+    };
+  }, "/models/fixtures/split");
+  for (const t of [r.byName, r.fromCache, r.inOrder, r.inWorker]) assert.equal(t, " Paris.\n\n");
+  const sizes = [41273984, 39905856, 17182912];
+  assert.equal(r.upload.total, sizes[0] + sizes[1] + sizes[2], "one progress over every file");
+  assert.deepEqual(r.cached.map((c) => c.bytes).sort(), [...sizes].sort(), "each file cached under its URL");
+  assert.equal(r.after, 0);
+  assert.equal(r.missing.code, "BadOptions");
+  assert.match(r.missing.message, /split into 3 files; 2 given/);
+  assert.equal(r.reordered.code, "InvalidModel");
+  assert.match(r.reordered.message, /shard 2 of 3.*00001-of-00003/);
+  assert.equal(r.empty.code, "BadOptions");
 });
 
 test("Gemma 3 270M (Q4_K_M: Q5_0, Q8_0, Q4_K, Q6_K; SentencePiece) streams llama.cpp's greedy text", async () => {

@@ -163,6 +163,7 @@ impl HfCheckpoint {
             alignment: 32,
             header_len: 0,
             data_offset: 0,
+            shard_data: vec![0],
             file_len: None,
         };
         Ok((

@@ -180,14 +180,9 @@ impl Engine {
         Self::load_cpu(&mut src, session, &mut |_, _| {}, "asked for").await
     }
 
-    fn open(path: &std::path::Path) -> Result<crate::gguf::ReadSource<impl std::io::Read>> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", path.display())))?;
-        let len = file.metadata()?.len();
-        Ok(crate::gguf::ReadSource {
-            reader: std::io::BufReader::with_capacity(1 << 20, file),
-            len: Some(len),
-        })
+    /// A GGUF file, or every file of a split model given its first.
+    fn open(path: &std::path::Path) -> Result<impl ByteSource> {
+        crate::gguf::split::open_files(path)
     }
 
     /// Compiles every pipeline a conversation uses and records the decode step, so

@@ -3,9 +3,7 @@
 //! matrix is ever whole in memory).
 
 use crate::error::{Error, Result};
-use crate::gguf::{
-    read_streamed_header, ByteSource, Gguf, Progress, ReadSource, TensorInfo, Window,
-};
+use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, TensorInfo, Window};
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::stacked::Stacked;
@@ -78,7 +76,7 @@ async fn stream_matrix<S: ByteSource>(
     while let Some(rows) = out.next_rows(SLICE_BYTES) {
         let at = start + (rows.start * out.row_bytes()) as u64;
         let bytes = w
-            .take(at, (rows.len() * out.row_bytes()) as u64, &t.name)
+            .take(t.shard, at, (rows.len() * out.row_bytes()) as u64, &t.name)
             .await?;
         out.write(gpu, rows, &bytes)?;
         gpu.take_error()?;
@@ -155,7 +153,7 @@ impl GpuModel {
     ) -> Result<(GpuModel, Gguf)> {
         let total = src.total_len();
         let mut w = Window::new(src);
-        let gguf = read_streamed_header(&mut w, total, progress).await?;
+        let gguf = read_streamed_header(&mut w, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
         let roles = roles(&gguf, &config)?;
@@ -165,11 +163,11 @@ impl GpuModel {
             .iter()
             .filter(|t| roles.contains_key(&t.name))
             .collect();
-        order.sort_by_key(|t| t.offset);
+        order.sort_by_key(|t| (t.shard, t.offset));
         let mut up: HashMap<String, Uploaded> = HashMap::new();
         let mut palettes = Palettes::default();
         for t in order {
-            let start = gguf.data_offset + t.offset;
+            let start = gguf.start(t);
             if let Role::Whole(s) = &roles[&t.name] {
                 if s.matrix {
                     let m = stream_matrix(&gpu, &mut w, start, t, s, progress).await?;
@@ -177,7 +175,7 @@ impl GpuModel {
                     continue;
                 }
             }
-            let bytes = w.take(start, t.n_bytes, &t.name).await?;
+            let bytes = w.take(t.shard, start, t.n_bytes, &t.name).await?;
             match &roles[&t.name] {
                 Role::Whole(_) => {
                     up.insert(t.name.clone(), upload_vector(&gpu, t, &bytes)?);
@@ -194,19 +192,13 @@ impl GpuModel {
         Ok((Self::assemble(gpu, config, up)?, gguf))
     }
 
-    /// Opens and uploads a GGUF file.
+    /// Opens and uploads a GGUF file (every file of a split model, given its first).
     pub async fn load_file(
         gpu: Gpu,
         path: &std::path::Path,
         progress: Progress<'_>,
     ) -> Result<(GpuModel, Gguf)> {
-        let file = std::fs::File::open(path)
-            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", path.display())))?;
-        let len = file.metadata()?.len();
-        let mut src = ReadSource {
-            reader: std::io::BufReader::with_capacity(1 << 20, file),
-            len: Some(len),
-        };
+        let mut src = crate::gguf::split::open_files(path)?;
         Self::load_from(gpu, &mut src, progress).await
     }
 

@@ -4,6 +4,7 @@
 //! file never has to be in memory.
 
 mod reader;
+pub mod split;
 mod stream;
 mod value;
 mod writer;
@@ -29,6 +30,9 @@ pub struct Gguf {
     pub header_len: u64,
     /// Absolute offset of the tensor data section.
     pub data_offset: u64,
+    /// Where each file's data section starts: `[data_offset]` for one file, one entry
+    /// per shard for a split model (`split::add`).
+    pub shard_data: Vec<u64>,
     /// Total length of the source when it was known while parsing.
     pub file_len: Option<u64>,
 }
@@ -39,8 +43,10 @@ pub struct TensorInfo {
     /// GGML order: `dims[0]` is the fastest-varying (row length).
     pub dims: Vec<u64>,
     pub ty: GgmlType,
-    /// Relative to the data section.
+    /// Relative to the data section (of its shard's file).
     pub offset: u64,
+    /// Which file of a split model holds it (0 for a single file).
+    pub shard: usize,
     pub n_elements: u64,
     pub n_bytes: u64,
 }
@@ -67,6 +73,7 @@ impl TensorInfo {
             dims,
             ty,
             offset,
+            shard: 0,
             n_elements,
             n_bytes,
         })
@@ -133,6 +140,15 @@ impl Metadata {
 impl Gguf {
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// Where tensor `t` starts in its file.
+    pub fn start(&self, t: &TensorInfo) -> u64 {
+        self.shard_data
+            .get(t.shard)
+            .copied()
+            .unwrap_or(self.data_offset)
+            + t.offset
     }
 
     /// Opens a file and parses its header; the file is returned for tensor reads.

@@ -101,6 +101,7 @@ impl<R: Read> Parser<R> {
             alignment,
             header_len,
             data_offset,
+            shard_data: vec![data_offset],
             file_len: self.total,
         };
         check_layout(&gguf)?;

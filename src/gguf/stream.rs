@@ -3,20 +3,36 @@
 //! loader takes matrices a slice of rows at a time), each held only while repacked. Natively and in the browser alike (a `ByteSource` is
 //! async); the GPU loader is built on this.
 
-use super::{read_header, read_header_prefix, Gguf};
+use super::{read_header, read_header_prefix, split, Gguf};
 use crate::error::{Error, Result};
 use std::io::Read;
 
 /// Loading progress: bytes of the file read so far, and its size (0 when unknown).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
-/// Where model bytes come from, front to back: a file, a download, a `Blob`.
+/// Where model bytes come from, front to back: a file, a download, a `Blob`; or the
+/// files of a split model (`split::Shards`), each read front to back.
 #[allow(async_fn_in_trait)]
 pub trait ByteSource {
     /// The next chunk, or `None` at the end.
     async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>>;
-    /// Total size when known (file size, Content-Length).
+    /// Total size when known (file size, Content-Length); of all files together.
     fn total_len(&self) -> Option<u64>;
+    /// Files the model comes in (gguf-split shards).
+    fn files(&self) -> usize {
+        1
+    }
+    /// The next chunk of file `file` (0-based).
+    async fn next_chunk_of(&mut self, file: usize) -> Result<Option<Vec<u8>>> {
+        match file {
+            0 => self.next_chunk().await,
+            _ => Err(Error::invalid(format!("no model file {file}"))),
+        }
+    }
+    /// File `file`'s size, when known.
+    fn total_len_of(&self, file: usize) -> Option<u64> {
+        (file == 0).then(|| self.total_len()).flatten()
+    }
 }
 
 /// Any `Read` as a byte source, in 1 MiB chunks.
@@ -36,30 +52,36 @@ impl<R: Read> ByteSource for ReadSource<R> {
     }
 }
 
-/// Bytes of the stream from file offset `base` on, refilled chunk by chunk.
-pub struct Window<'s, S> {
-    src: &'s mut S,
+/// One file's bytes from offset `base` on, refilled chunk by chunk.
+#[derive(Default)]
+struct Buffered {
     buf: Vec<u8>,
     base: u64,
     eof: bool,
-    read: u64,
     /// A `take` is filling the buffer: grow it exactly (see `take`).
     exact: bool,
 }
 
+/// The model's files, each as the bytes of the stream from some offset on.
+pub struct Window<'s, S> {
+    src: &'s mut S,
+    files: Vec<Buffered>,
+    read: u64,
+}
+
 impl<'s, S: ByteSource> Window<'s, S> {
     pub fn new(src: &'s mut S) -> Self {
+        let files = (0..src.files().max(1))
+            .map(|_| Buffered::default())
+            .collect();
         Window {
             src,
-            buf: Vec::new(),
-            base: 0,
-            eof: false,
+            files,
             read: 0,
-            exact: false,
         }
     }
 
-    /// Bytes pulled from the source so far.
+    /// Bytes pulled from the source so far (all files).
     pub fn read(&self) -> u64 {
         self.read
     }
@@ -69,30 +91,37 @@ impl<'s, S: ByteSource> Window<'s, S> {
         self.src.total_len()
     }
 
-    /// Reads one more chunk; false at the end of the stream.
-    pub async fn fill(&mut self) -> Result<bool> {
-        match self.src.next_chunk().await? {
+    /// Reads one more chunk of file `file`; false at its end.
+    async fn fill(&mut self, file: usize) -> Result<bool> {
+        let chunk = self.src.next_chunk_of(file).await?;
+        let f = &mut self.files[file];
+        match chunk {
             Some(c) => {
                 self.read += c.len() as u64;
                 // While a tensor is taken, exactly what the chunk needs: `take`
                 // reserved the tensor's bytes, and a chunk running past its end must not
                 // double the buffer (the header, read before, grows by doubling).
-                if self.exact {
-                    self.buf.reserve_exact(c.len());
+                if f.exact {
+                    f.buf.reserve_exact(c.len());
                 }
-                self.buf.extend_from_slice(&c);
+                f.buf.extend_from_slice(&c);
                 Ok(true)
             }
             None => {
-                self.eof = true;
+                f.eof = true;
                 Ok(false)
             }
         }
     }
 
-    /// The bytes [start, start + n), dropping everything before `start`.
-    pub async fn take(&mut self, start: u64, n: u64, name: &str) -> Result<Vec<u8>> {
-        if start < self.base {
+    /// The bytes [start, start + n) of file `file`, dropping everything before `start`.
+    pub async fn take(&mut self, file: usize, start: u64, n: u64, name: &str) -> Result<Vec<u8>> {
+        if file >= self.files.len() {
+            return Err(Error::invalid(format!(
+                "tensor {name:?} is in a missing file"
+            )));
+        }
+        if start < self.files[file].base {
             return Err(Error::gguf(format!(
                 "tensor {name:?} starts inside the previous one"
             )));
@@ -107,30 +136,32 @@ impl<'s, S: ByteSource> Window<'s, S> {
         }
         // Room for the whole tensor up front: growing by doubling would hold up to
         // twice its size.
-        self.buf.reserve_exact(n as usize);
-        self.exact = true;
-        let filled = self.fill_to(start, n, name).await;
-        self.exact = false;
+        self.files[file].buf.reserve_exact(n as usize);
+        self.files[file].exact = true;
+        let filled = self.fill_to(file, start, n, name).await;
+        let f = &mut self.files[file];
+        f.exact = false;
         filled?;
-        self.base += n;
+        f.base += n;
         // The tensor keeps the buffer's allocation, trimmed to its size (in place);
         // the few bytes after it start the next buffer.
-        let rest = self.buf.split_off(n as usize);
-        let mut tensor = std::mem::replace(&mut self.buf, rest);
+        let rest = f.buf.split_off(n as usize);
+        let mut tensor = std::mem::replace(&mut f.buf, rest);
         tensor.shrink_to_fit();
         Ok(tensor)
     }
 
-    /// Reads until the buffer starts at `start` and holds `n` bytes.
-    async fn fill_to(&mut self, start: u64, n: u64, name: &str) -> Result<()> {
+    /// Reads until file `file`'s buffer starts at `start` and holds `n` bytes.
+    async fn fill_to(&mut self, file: usize, start: u64, n: u64, name: &str) -> Result<()> {
         loop {
-            let drop = (start - self.base).min(self.buf.len() as u64) as usize;
-            self.buf.drain(..drop);
-            self.base += drop as u64;
-            if self.base == start && self.buf.len() as u64 >= n {
+            let f = &mut self.files[file];
+            let drop = (start - f.base).min(f.buf.len() as u64) as usize;
+            f.buf.drain(..drop);
+            f.base += drop as u64;
+            if f.base == start && f.buf.len() as u64 >= n {
                 break;
             }
-            if !self.fill().await? {
+            if !self.fill(file).await? {
                 return Err(Error::Truncated(format!(
                     "the file ends inside tensor {name:?}"
                 )));
@@ -151,25 +182,48 @@ const MAX_TENSOR_BYTES: u64 = if cfg!(target_arch = "wasm32") {
 /// 256k tokens take a few MB; a file whose header is not done by here is not a model.
 const MAX_HEADER: usize = 128 << 20;
 
-/// The GGUF header from the start of the stream, re-parsed as the buffer doubles. A
-/// header that is wrong fails as soon as the bytes show it (a size over what the file
-/// holds included), not once the whole file has been read.
+/// The model's header: each file's, read from its start (a failing one fails as soon
+/// as its bytes show it), merged into one (`split`) when the model is split.
 pub async fn read_streamed_header<S: ByteSource>(
     w: &mut Window<'_, S>,
-    total: Option<u64>,
     progress: Progress<'_>,
 ) -> Result<Gguf> {
+    let n = w.files.len();
+    let mut model = read_file_header(w, 0, progress).await?;
+    split::check_first(&model, n)?;
+    for k in 1..n {
+        let g = match read_file_header(w, k, progress).await {
+            Err(Error::Gguf(m) | Error::Truncated(m)) => {
+                return Err(Error::gguf(format!("file {} of {n}: {m}", k + 1)))
+            }
+            g => g?,
+        };
+        split::add(&mut model, k, g)?;
+    }
+    Ok(model)
+}
+
+/// File `file`'s GGUF header, re-parsed as the buffer doubles. A header that is wrong
+/// fails as soon as the bytes show it (a size over what the file holds included), not
+/// once the whole file has been read.
+async fn read_file_header<S: ByteSource>(
+    w: &mut Window<'_, S>,
+    file: usize,
+    progress: Progress<'_>,
+) -> Result<Gguf> {
+    let total = w.src.total_len_of(file);
     let mut tried_at = 0usize;
     loop {
-        let have = w.buf.len();
-        if have >= tried_at.saturating_mul(2).max(64 << 10) || w.eof {
+        let f = &w.files[file];
+        let have = f.buf.len();
+        if have >= tried_at.saturating_mul(2).max(64 << 10) || f.eof {
             tried_at = have;
-            if let Some(g) = read_header_prefix(&w.buf, total)? {
+            if let Some(g) = read_header_prefix(&f.buf, total)? {
                 return Ok(g);
             }
-            if w.eof {
+            if f.eof {
                 // Every byte there is, and still no header: the strict parse's error.
-                read_header(&w.buf[..], total)?;
+                read_header(&f.buf[..], total)?;
                 return Err(Error::Truncated("the file ends inside its header".into()));
             }
             if have > MAX_HEADER {
@@ -179,7 +233,7 @@ pub async fn read_streamed_header<S: ByteSource>(
                 )));
             }
         }
-        w.fill().await?;
-        progress(w.read, total.unwrap_or(0));
+        w.fill(file).await?;
+        progress(w.read, w.total().unwrap_or(0));
     }
 }

@@ -15,7 +15,6 @@ use crate::gpu::{Caps, Gpu};
 use crate::quant::kv::KvFormat;
 use crate::tokenizer::Message;
 use serde::{Deserialize, Serialize};
-use source::JsStream;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -179,14 +178,15 @@ pub struct Engine {
 
 #[wasm_bindgen]
 impl Engine {
-    /// Loads a GGUF model from a stream of bytes (`Response.body`, `Blob.stream()`),
-    /// uploading it to the GPU tensor by tensor. `total` is the size when known;
+    /// Loads a GGUF model from streams of bytes (`Response.body`, `Blob.stream()`): one
+    /// file's, or a split model's files' in order, uploading it to the GPU tensor by
+    /// tensor. `totals` are their sizes when known;
     /// `onProgress(loaded, total)` is called as bytes arrive, `onPhase("compile")` when
     /// the pipelines compile. On the CPU backend, `team` (js/team.js) holds the worker
     /// threads the matrices' rows are split across.
     pub async fn load(
-        stream: web_sys::ReadableStream,
-        total: Option<f64>,
+        streams: js_sys::Array,
+        totals: js_sys::Array,
         options: JsValue,
         on_progress: Option<js_sys::Function>,
         on_phase: Option<js_sys::Function>,
@@ -196,7 +196,7 @@ impl Engine {
         // stats().wasmHeapPeakBytes: the most this load (and what follows) held.
         crate::memory::reset_peak();
         let opts: LoadOptions = self::options(options)?;
-        let mut src = JsStream::new(stream, total.map(|t| t as u64));
+        let mut src = source::files(streams, totals);
         let mut progress = |loaded: u64, total: u64| {
             if let Some(f) = &on_progress {
                 let _ = f.call2(

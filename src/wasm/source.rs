@@ -2,7 +2,19 @@
 
 use crate::engine::ByteSource;
 use crate::error::{Error, Result};
+use crate::gguf::split::Shards;
 use wasm_bindgen::JsCast;
+
+/// The model's streams: one file's, or a split model's files' in order, with their
+/// sizes where known (js/index.js passes arrays, a number or undefined each).
+pub fn files(streams: js_sys::Array, totals: js_sys::Array) -> Shards<JsStream> {
+    let size = |k| totals.get(k).as_f64().map(|t| t as u64);
+    Shards(
+        (0..streams.length())
+            .map(|k| JsStream::new(streams.get(k).unchecked_into(), size(k)))
+            .collect(),
+    )
+}
 
 pub struct JsStream {
     reader: web_sys::ReadableStreamDefaultReader,

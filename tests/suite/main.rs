@@ -24,5 +24,6 @@ mod pipelined;
 mod real_models_cpu;
 mod real_models_gpu;
 mod reference_model;
+mod split_files;
 mod tokenizer;
 mod tools;

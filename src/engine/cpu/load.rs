@@ -33,7 +33,7 @@ pub async fn load_shared<S: ByteSource>(
 ) -> Result<(Reference<QMatrix>, Gguf)> {
     let total = src.total_len();
     let mut w = Window::new(src);
-    let gguf = read_streamed_header(&mut w, total, progress).await?;
+    let gguf = read_streamed_header(&mut w, progress).await?;
     let mut config = Config::from_gguf(&gguf)?;
     config.context_length = config.context_length.min(max_context.max(1));
     let roles = roles(&gguf, &config)?;
@@ -49,13 +49,11 @@ pub async fn load_shared<S: ByteSource>(
         .iter()
         .filter(|t| roles.contains_key(&t.name))
         .collect();
-    order.sort_by_key(|t| t.offset);
+    order.sort_by_key(|t| (t.shard, t.offset));
     let mut read: HashMap<String, Tensor<QMatrix>> = HashMap::new();
     let mut halves: HashMap<String, Vec<u8>> = HashMap::new();
     for (id, t) in (0u32..).zip(order) {
-        let bytes = w
-            .take(gguf.data_offset + t.offset, t.n_bytes, &t.name)
-            .await?;
+        let bytes = w.take(t.shard, gguf.start(t), t.n_bytes, &t.name).await?;
         match &roles[&t.name] {
             Role::Whole(s) if s.matrix => {
                 let mut m = QMatrix::ggml(t.ty, s.rows, s.cols, bytes)?;
