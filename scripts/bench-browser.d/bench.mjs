@@ -4,7 +4,7 @@
 // resident memory of the browser's processes. Run it through scripts/bench-browser.
 //
 //   node scripts/bench-browser.d/bench.mjs [--model PATH] [--json] [--prompt-tokens N]
-//        [--max-tokens N] [--threads 1,2] [--engines pippin,wllama] [--timeout S]
+//        [--max-tokens N] [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout S]
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -55,8 +55,8 @@ const { values: opt } = parseArgs({
 });
 if (opt.help) {
   console.log(`usage: scripts/bench-browser [--model PATH] [--json] [--prompt-tokens N] [--max-tokens N]
-                  [--threads 1,2] [--engines pippin,wllama] [--timeout SECONDS]
-Runs Pippin's CPU backend, then wllama, each with each --threads count (CPU only), one after the
+                  [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout SECONDS]
+Runs Pippin's CPU backend (pippin: on the page; pippin-worker: through pippin/worker), then wllama, each with each --threads count (CPU only), one after the
 other in a fresh headless Chromium each, on the same GGUF and prompt; prints prefill and
 decode tokens/s and the peak resident memory of the browser's processes above their idle
 baseline. --timeout bounds each run (load + generate), in seconds.`);
@@ -68,7 +68,7 @@ const MAX_TOKENS = int(opt["max-tokens"], "--max-tokens");
 const RUN_TIMEOUT_MS = int(opt.timeout, "--timeout") * 1000;
 const THREADS = opt.threads.split(",").map((t) => int(t, "--threads"));
 const ENGINES = opt.engines.split(",").map((e) => e.trim());
-for (const e of ENGINES) if (!["pippin", "wllama"].includes(e)) die(`--engines: unknown engine "${e}" (pippin, wllama)`);
+for (const e of ENGINES) if (!["pippin", "pippin-worker", "wllama"].includes(e)) die(`--engines: unknown engine "${e}" (pippin, pippin-worker, wllama)`);
 if (!fs.statSync(modelFile, { throwIfNoEntry: false })?.isFile()) die(`no model file at ${modelFile} (scripts/fetch-model downloads the default one)`);
 if (!fs.existsSync(path.join(root, "pkg/index.js"))) die("pkg/ is missing: run scripts/build-pkg first");
 const wllamaDir = path.join(here, "node_modules/@wllama/wllama/esm");
@@ -266,6 +266,9 @@ async function main() {
 
     const runs = [];
     if (ENGINES.includes("pippin")) for (const t of THREADS) runs.push({ engine: "pippin-cpu", threads: t });
+    // The same engine through `pippin/worker`: the lead thread is a worker (it sleeps
+    // while the helpers finish a round) instead of the page (which must spin).
+    if (ENGINES.includes("pippin-worker")) for (const t of THREADS) runs.push({ engine: "pippin-worker", threads: t });
     if (ENGINES.includes("wllama")) for (const t of THREADS) runs.push({ engine: "wllama", threads: t });
     for (const run of runs) {
       const label = `${run.engine} (${run.threads} thread${run.threads > 1 ? "s" : ""})`;
@@ -274,7 +277,8 @@ async function main() {
       try {
         const r = await inBrowser(base, label, async (page, marks) => {
           if (!(await page.evaluate(() => self.crossOriginIsolated))) throw new Error("the page is not cross-origin isolated");
-          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads };
+          const entry = run.engine === "pippin-worker" ? "worker" : "index";
+          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads, entry };
           return measured(page, marks, label, run.engine === "wllama"
             ? { fn: (a) => window.runWllama(a), arg }
             : { fn: (a) => window.runPippin(a), arg });
