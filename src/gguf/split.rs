@@ -39,11 +39,14 @@ pub fn shard_names(name: &str) -> Option<Vec<String>> {
 pub fn open_files(
     path: &std::path::Path,
 ) -> Result<Shards<super::ReadSource<std::io::BufReader<std::fs::File>>>> {
-    let name = path.to_string_lossy();
-    let paths = shard_names(&name).unwrap_or_else(|| vec![name.into_owned()]);
-    let open = |p: &String| {
-        let file =
-            std::fs::File::open(p).map_err(|e| Error::invalid(format!("cannot open {p}: {e}")))?;
+    use std::path::PathBuf;
+    let paths = match shard_names(&path.to_string_lossy()) {
+        Some(names) => names.into_iter().map(PathBuf::from).collect(),
+        None => vec![path.to_path_buf()],
+    };
+    let open = |p: &PathBuf| {
+        let file = std::fs::File::open(p)
+            .map_err(|e| Error::invalid(format!("cannot open {}: {e}", p.display())))?;
         let len = file.metadata()?.len();
         Ok(super::ReadSource {
             reader: std::io::BufReader::with_capacity(1 << 20, file),
@@ -58,7 +61,11 @@ fn position(g: &Gguf) -> Result<(u64, u64)> {
     let Some(count) = g.metadata.u64(SPLIT_COUNT) else {
         return Ok((0, 1));
     };
-    let no = g.metadata.u64(SPLIT_NO).unwrap_or(u64::MAX);
+    let Some(no) = g.metadata.u64(SPLIT_NO) else {
+        return Err(Error::gguf(format!(
+            "a file has {SPLIT_COUNT} but no {SPLIT_NO}"
+        )));
+    };
     if no >= count || count > MAX_SHARDS as u64 {
         return Err(Error::gguf(format!("bad shard numbering: {no} of {count}")));
     }
@@ -70,6 +77,9 @@ fn position(g: &Gguf) -> Result<(u64, u64)> {
 pub fn check_first(model: &Gguf, files: usize) -> Result<()> {
     match position(model)? {
         (0, count) if count == files as u64 => Ok(()),
+        (0, 1) => Err(Error::invalid(format!(
+            "the first file is a whole model, not a split one; {files} files given"
+        ))),
         (0, count) => Err(Error::invalid(format!(
             "the model is split into {count} files; {files} given"
         ))),
@@ -85,7 +95,8 @@ pub fn check_first(model: &Gguf, files: usize) -> Result<()> {
 /// model's: its tensors, tagged with their shard, and where its data starts.
 pub fn add(model: &mut Gguf, k: usize, g: Gguf) -> Result<()> {
     let (no, count) = position(&g)?;
-    if no != k as u64 {
+    // The same split: shard k of as many shards as the first file says.
+    if no != k as u64 || count != position(model)?.1 {
         return Err(Error::gguf(format!(
             "file {} given is shard {} of {count}",
             k + 1,

@@ -136,6 +136,12 @@ fn missing_reordered_repeated_or_truncated_files_are_clear_errors() {
     assert!(e.contains("file 3 given is shard 2 of 3"), "{e}");
     let e = err(files(&[&s[0]]));
     assert!(e.contains("split into 3 files; 1 given"), "{e}");
+    let whole = model_path();
+    let e = err(files(&[&whole, &s[1]]));
+    assert!(
+        e.contains("a whole model, not a split one; 2 files given"),
+        "{e}"
+    );
 
     // A shard cut short: its own header says it, before any weight is read.
     let dir = common::root().join("target/tmp/split-truncated");
