@@ -9,6 +9,7 @@ export const ERROR_CODES = Object.freeze([
   "NoWebGPU", // this browser has no WebGPU (or the page is not a secure context)
   "NoAdapter", // WebGPU is there but gave no GPU adapter or device
   "Download", // fetching or reading the model (or an adapter, or Pippin's own wasm) failed
+  "Storage", // a model that loaded could not be kept in Cache Storage (quota, a full disk)
   "InvalidModel", // not a GGUF file, damaged or truncated, or a broken tokenizer
   "Unsupported", // a valid file Pippin cannot run (architecture, tensor type)
   "DeviceLimits", // the model needs more than this GPU allows

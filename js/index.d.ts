@@ -6,6 +6,8 @@
  * - NoAdapter: WebGPU is there but gave no GPU adapter or device
  * - Download: fetching or reading the model (or an adapter's files) failed, or Pippin's
  *   own wasm (its guided module, fetched at the first guided reply) could not be fetched
+ * - Storage: a model that loaded could not be kept in Cache Storage (over quota, a full
+ *   disk); never thrown: the "ready" progress event carries it as `cacheError`
  * - InvalidModel: not a GGUF file, damaged or truncated, or a broken tokenizer
  * - Unsupported: a valid file Pippin cannot run (architecture, tensor type)
  * - DeviceLimits: the model needs more than this GPU allows (buffer size, memory)
@@ -21,6 +23,7 @@ export type ErrorCode =
   | "NoWebGPU"
   | "NoAdapter"
   | "Download"
+  | "Storage"
   | "InvalidModel"
   | "Unsupported"
   | "DeviceLimits"
@@ -56,6 +59,10 @@ export interface LoadProgress {
   total: number;
   /** loaded / total, 0 when the total is unknown. */
   fraction: number;
+  /** On "ready": why the model, which loaded, could not be kept in Cache Storage (code
+   * "Storage": over the site's quota, a full disk; the message says how much was
+   * needed and what `navigator.storage.estimate()` says is left). */
+  cacheError?: PippinError;
 }
 
 /** Where the model runs: "webgpu" on the GPU, "cpu" in wasm (SIMD128) on the CPU. */
@@ -330,6 +337,10 @@ export declare class Pippin {
   static load(source: ModelFile | ModelFile[], options?: LoadOptions): Promise<Pippin>;
   /** Models kept in Cache Storage. */
   static cached(): Promise<{ url: string; bytes: number }[]>;
+  /** Removes a model from Cache Storage: every file of a split model, given its first
+   * file's URL or all its URLs. True when any of it was there. */
+  static evict(url: string | URL | (string | URL)[]): Promise<boolean>;
+  /** `evict`, under its first name. */
   static deleteCached(url: string): Promise<boolean>;
   /**
    * Continues `prompt` (no chat template). A reply owns the model until it ends (done,

@@ -83,8 +83,10 @@ async function probeWebGPU(backend) {
 }
 
 const SIZE_HEADER = "x-pippin-bytes";
-/** Most files of a split model loaded by URL: the connections a page gets per host. */
-const MAX_URL_FILES = 6;
+/** Most files of a split model loaded by URL: an HTTP/1.1 host gives a page 6
+ * connections, one is left for the CPU threads' scripts and whatever else the page
+ * fetches. */
+const MAX_URL_FILES = 5;
 
 /** Cache Storage, when this page has it (not on http: origins other than localhost). */
 async function openCache() {
@@ -144,7 +146,7 @@ async function openSource(source, options) {
   const list = named ?? source;
   if (list.length === 0) throw new PippinError("BadOptions", "Pippin.load was given an empty list of model files.");
   // Every file's download is open at once (the headers are read first). An HTTP/1.1
-  // server gives a page 6 connections per host: a 7th download would wait for ever.
+  // server gives a page 6 connections per host: a 7th request would wait for ever.
   const urls = list.filter((f) => typeof f === "string" || f instanceof URL).length;
   if (urls > MAX_URL_FILES) {
     throw new PippinError(
@@ -166,6 +168,9 @@ async function openSource(source, options) {
     total: totals.every((t) => t) ? totals.reduce((a, b) => a + b, 0) : undefined,
     totals,
     fromCache: files.every((f) => f.fromCache),
+    get cacheError() {
+      return files.find((f) => f.cacheError)?.cacheError;
+    },
     done: async (ok) => {
       await Promise.all(files.map((f) => f.done(ok)));
     },
@@ -190,8 +195,14 @@ async function openFile(source, options) {
     if (hit) await cache.delete(url); // stored without its size: not trusted
     const response = await download(url, "the model", options.signal);
     const total = Number(response.headers.get("content-length")) || undefined;
+    const body = total ? resumable(url, response, total, options.signal) : response.body;
     // Without a size the copy could not be checked whole later: it is not kept.
-    return cache && total ? cachingStream(cache, url, response, total) : { stream: response.body, total, done: async () => {} };
+    if (!cache || !total) return { stream: body, total, done: async () => {} };
+    const left = await storageLeft();
+    if (left !== undefined && total > left) {
+      return { stream: body, total, done: async () => {}, cacheError: storageError(url, total, left) };
+    }
+    return cachingStream(cache, url, body, total);
   }
   if (source instanceof Response) {
     if (!source.body) throw new PippinError("BadOptions", "The model Response has no body.");
@@ -212,8 +223,8 @@ async function openFile(source, options) {
  * committed by `done(true)` once all `total` bytes are through (the entry records its
  * size, so a later hit is used only whole); `done(false)` aborts and evicts it.
  */
-function cachingStream(cache, url, response, total) {
-  const reader = response.body.getReader();
+function cachingStream(cache, url, body, total) {
+  const reader = body.getReader();
   const { readable, writable } = new TransformStream();
   const writer = writable.getWriter();
   let bytes = 0;
@@ -242,14 +253,25 @@ function cachingStream(cache, url, response, total) {
     },
     cancel: (why) => reader.cancel(why),
   });
-  const done = async (ok) => {
+  const file = { stream, total };
+  file.done = async (ok) => {
     if (ok) {
       // The engine may stop before the file's end: the cache gets the rest too.
-      for (;;) if (!caching || (await pump()).done) break;
+      try {
+        for (;;) if (!caching || (await pump()).done) break;
+      } catch (e) {
+        file.cacheError = new PippinError(
+          "Download",
+          `The model loaded, but the rest of ${url} could not be downloaded to keep it in Cache Storage: ${e?.message ?? e}`,
+        );
+        caching = false;
+      }
       if (caching && bytes === total) {
         const closed = await writer.close().then(() => true, () => false);
         if (closed && (await stored)) return;
       }
+      // The model loaded, its copy did not: storage said no (quota, a full disk).
+      file.cacheError ??= storageError(url, total, await storageLeft());
     }
     // The copy is lost, never the load: nothing here may throw.
     await writer.abort(new Error("the model did not load")).catch(() => {});
@@ -257,7 +279,101 @@ function cachingStream(cache, url, response, total) {
     await stored;
     await cache.delete(url).catch(() => {});
   };
-  return { stream, total, done };
+  return file;
+}
+
+/** Bytes of storage this origin has left (navigator.storage.estimate()), if it says. */
+async function storageLeft() {
+  try {
+    const e = await globalThis.navigator?.storage?.estimate?.();
+    return e && Number.isFinite(e.quota) ? Math.max(0, e.quota - (e.usage ?? 0)) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Why a model that loaded is not kept in Cache Storage. */
+function storageError(url, total, left) {
+  const mb = (n) => `${Math.ceil(n / 1e6)} MB`;
+  const room = left === undefined ? "this browser did not say how much storage is left" : `${mb(left)} of storage are left to this site`;
+  return new PippinError(
+    "Storage",
+    `The model loaded, but ${url} (${mb(total)}) could not be kept in Cache Storage: ${room} ` +
+      "(navigator.storage.estimate()). It will be downloaded again next time; free space with Pippin.evict(url).",
+  );
+}
+
+/**
+ * `response`'s body, resumed where it broke off: a download that fails midway (a
+ * dropped connection) is asked for again from the byte it reached, with `Range` and
+ * `If-Range` on the file's ETag or Last-Modified, up to 3 tries (0.5, 2, 5 s apart)
+ * without progress. Only the same file is ever spliced: a 206 must cover the rest of
+ * a file of the same size, a 200 (a server that ignores Range, or the file changed)
+ * must carry the same validator, and then the bytes already read are skipped. A file
+ * without a validator (or whose headers a cross-origin server does not expose) is not
+ * resumed: the break is a Download error, as before.
+ */
+function resumable(url, response, total, signal) {
+  let reader = response.body.getReader();
+  let got = 0;
+  let breaks = 0; // in a row, without a byte between them
+  const validator = response.headers.get("etag") ?? response.headers.get("last-modified");
+  const same = (r) => (r.headers.get("etag") ?? r.headers.get("last-modified")) === validator;
+  const reopen = async (cause) => {
+    for (const wait of [500, 2000, 5000]) {
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      if (signal?.aborted) break;
+      const headers = { range: `bytes=${got}-`, "if-range": validator };
+      // no-store: the browser's HTTP cache must not answer (or resume) it itself.
+      const r = await fetch(url, { headers, signal, cache: "no-store" }).catch(() => null);
+      if (!r) continue;
+      const range = r.headers.get("content-range");
+      if (r.status === 206 && r.body && range === `bytes ${got}-${total - 1}/${total}`) return r.body.getReader();
+      if (r.status === 200 && r.body && same(r) && Number(r.headers.get("content-length")) === total) return skipping(r.body.getReader(), got);
+      await r.body?.cancel().catch(() => {});
+      break; // an answer that cannot continue this file: trying again will not help
+    }
+    throw cause;
+  };
+  return new ReadableStream({
+    async pull(controller) {
+      try {
+        const { value, done } = await reader.read();
+        if (done && got < total) throw new Error(`the download ended at byte ${got} of ${total}`);
+        if (done) return controller.close();
+        got += value.byteLength;
+        breaks = 0;
+        controller.enqueue(value);
+      } catch (e) {
+        // Every byte is in (the connection closed uncleanly after them): done.
+        if (got >= total) return controller.close();
+        if (signal?.aborted || !validator || ++breaks > 3) throw e;
+        reader = await reopen(e);
+        return this.pull(controller);
+      }
+    },
+    cancel: (why) => reader.cancel(why),
+  });
+}
+
+/** `reader`, its first `n` bytes dropped. */
+function skipping(reader, n) {
+  return {
+    async read() {
+      for (;;) {
+        const r = await reader.read();
+        if (r.done || n === 0) return r;
+        if (r.value.byteLength <= n) {
+          n -= r.value.byteLength;
+          continue;
+        }
+        const value = r.value.subarray(n);
+        n = 0;
+        return { value, done: false };
+      }
+    },
+    cancel: (why) => reader.cancel(why),
+  };
 }
 
 function inFolder(folder, file) {
@@ -378,7 +494,14 @@ export class Pippin {
     if (options.guidedWasmUrl) guidedWasmUrl = options.guidedWasmUrl;
     const progress = options.onProgress;
     progress?.({ phase: "download", loaded: 0, total: 0, fraction: 0 });
-    const src = await openSource(source, options);
+    // Ends every download this load opened once it is done with them, or failed: a body
+    // left open holds one of the host's connections.
+    const downloads = new AbortController();
+    const fetching = signal && AbortSignal.any ? AbortSignal.any([signal, downloads.signal]) : (signal ?? downloads.signal);
+    const src = await openSource(source, { ...options, signal: fetching }).catch((e) => {
+      downloads.abort();
+      throw e;
+    });
     const onBytes = progress
       ? (loaded, size) => {
           const t = size || src.total || 0;
@@ -418,13 +541,18 @@ export class Pippin {
       const stopped = Boolean(signal?.aborted);
       // An aborted load says nothing about a cached copy: it is kept.
       await src.done(stopped && Boolean(src.fromCache));
+      downloads.abort();
       if (stopped) throw loadAborted(signal);
       // A cached copy that does not load is evicted and the model downloaded again.
       if (src.fromCache) return Pippin.load(source, options);
       throw e;
     }
     await src.done(true);
-    progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1 });
+    downloads.abort();
+    // A copy that could not be kept (storage full, over quota) is said, not thrown: the
+    // model loaded.
+    const cacheError = src.cacheError;
+    progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1, ...(cacheError && { cacheError }) });
     return new Pippin(engine, threads);
   }
 
@@ -510,10 +638,19 @@ export class Pippin {
     return out;
   }
 
-  /** Removes a model from Cache Storage; true when it was there. */
-  static async deleteCached(url) {
+  /** Removes a model from Cache Storage (every file of a split model, given the URL of
+   * its first or an array of its files' URLs); true when any of it was there. */
+  static async evict(url) {
     if (!globalThis.caches) return false;
-    return (await caches.open(CACHE)).delete(url);
+    const cache = await caches.open(CACHE);
+    const urls = Array.isArray(url) ? url : (shardUrls(url) ?? [url]);
+    const gone = await Promise.all(urls.map((u) => cache.delete(String(u))));
+    return gone.some(Boolean);
+  }
+
+  /** `evict(url)` under its first name. */
+  static deleteCached(url) {
+    return Pippin.evict(url);
   }
 }
 

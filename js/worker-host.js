@@ -44,7 +44,9 @@ async function run(me) {
 
 const methods = {
   async load(id, source, options) {
-    llm = await Pippin.load(source, { ...options, onProgress: (p) => postMessage({ id, progress: p }) });
+    // A PippinError (cacheError) crosses as its wire form, rebuilt on the page.
+    const onProgress = (p) => postMessage({ id, progress: p.cacheError ? { ...p, cacheError: toWire(p.cacheError) } : p });
+    llm = await Pippin.load(source, { ...options, onProgress });
     engine = engineOf(llm);
   },
   async start(id, kind, payload, options) {

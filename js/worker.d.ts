@@ -7,6 +7,7 @@ export * from "./index.js";
 export declare class Pippin {
   static load(source: ModelFile | ModelFile[], options?: LoadOptions): Promise<Pippin>;
   static cached(): Promise<{ url: string; bytes: number }[]>;
+  static evict(url: string | URL | (string | URL)[]): Promise<boolean>;
   static deleteCached(url: string): Promise<boolean>;
   generate(prompt: string, options?: GenerateOptions): Reply;
   chat: Chat;

@@ -20,6 +20,7 @@ class Connection {
       if (reply !== undefined) return this.#deliver(reply, error ? { error } : { chunk });
       const p = this.pending.get(id);
       if (!p) return;
+      if (progress?.cacheError) progress.cacheError = fromWire(progress.cacheError);
       if (progress) return p.onProgress?.(progress);
       this.pending.delete(id);
       if (ok) p.resolve(value);
@@ -141,6 +142,10 @@ export class Pippin {
 
   static cached() {
     return import("./index.js").then((m) => m.Pippin.cached());
+  }
+
+  static evict(url) {
+    return import("./index.js").then((m) => m.Pippin.evict(url));
   }
 
   static deleteCached(url) {

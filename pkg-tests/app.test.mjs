@@ -5,6 +5,7 @@
 // backend is asked for by name where it is what a test checks.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -22,7 +23,7 @@ const consoleErrors = [];
 async function open(args) {
   const b = await chromium.launch({ executablePath: "/usr/bin/chromium", args });
   const p = await b.newPage();
-  p.on("console", (m) => m.type() === "error" && consoleErrors.push(m.text()));
+  p.on("console", (m) => m.type() === "error" && consoleErrors.push(`${m.text()} [${m.location()?.url ?? ""}]`));
   p.on("pageerror", (e) => consoleErrors.push(e.message));
   await p.goto(`${base}/pkg-tests/app.html`);
   await p.waitForFunction(() => window.ready);
@@ -433,17 +434,88 @@ test("a cache write that fails (a full disk) loses only the copy: the model load
       throw new DOMException("Cache.put() encountered a network error", "NetworkError");
     };
     try {
-      const m = await Pippin.load(url);
+      let ready;
+      const m = await Pippin.load(url, { onProgress: (p) => p.phase === "ready" && (ready = p) });
       const text = await m.generate("The capital of France is", { maxTokens: 2 }).text();
       await m.dispose();
-      return { text, listed: (await Pippin.cached()).length };
+      const e = ready.cacheError;
+      return { text, listed: (await Pippin.cached()).length, code: e?.code, typed: e instanceof PippinError, message: e?.message };
     } finally {
       Cache.prototype.put = put;
     }
   }, MODEL);
   assert.equal(r.text, " Paris.");
   assert.equal(r.listed, 0, "no partial copy is kept");
+  assert.equal(r.code, "Storage", "the ready event says why the copy is not kept");
+  assert.ok(r.typed);
+  assert.match(r.message, /SmolLM2-135M-Instruct\.Q4_1\.gguf \(99 MB\) could not be kept in Cache Storage/);
 });
+
+test("a model over the storage left to the site loads from the network, not kept, and says so (Storage)", async () => {
+  const r = await page.evaluate(async (url) => {
+    await Pippin.evict(url);
+    navigator.storage.estimate = async () => ({ quota: 50e6, usage: 10e6 });
+    try {
+      let ready;
+      const m = await Pippin.load(url, { backend: "cpu", onProgress: (p) => p.phase === "ready" && (ready = p) });
+      const text = await m.generate("The capital of France is", { maxTokens: 2 }).text();
+      await m.dispose();
+      const listed = (await Pippin.cached()).length;
+      const e = ready.cacheError;
+      return { text, listed, code: e?.code, message: e?.message, typed: e instanceof PippinError };
+    } finally {
+      delete navigator.storage.estimate;
+    }
+  }, MODEL);
+  assert.equal(r.text, " Paris.");
+  assert.equal(r.listed, 0);
+  assert.equal(r.code, "Storage");
+  assert.match(r.message, /\(99 MB\) could not be kept in Cache Storage: 40 MB of storage are left to this site/);
+  assert.ok(r.typed);
+});
+
+test("a download that breaks off resumes where it stopped (HTTP Range), or skips what it had from a server without Range", async () => {
+  const r = await page.evaluate(async () => {
+    const run = async (mode, cache) => {
+      const id = `${mode}-${Math.random()}`;
+      const url = new URL(`/test/flaky.gguf?mode=${mode}&run=${id}`, location.href).href;
+      const m = await Pippin.load(url, { backend: "cpu", cache });
+      const text = await m.generate("The capital of France is", { maxTokens: 2 }).text();
+      await m.dispose();
+      // The bytes kept are the file's, byte for byte.
+      const copy = await caches.match(url);
+      const digest = copy ? new Uint8Array(await crypto.subtle.digest("SHA-256", await copy.arrayBuffer())) : null;
+      const sha256 = digest && Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+      let again = null;
+      if (copy) {
+        const c = await Pippin.load(url, { backend: "cpu" });
+        again = await c.generate("The capital of France is", { maxTokens: 2 }).text();
+        await c.dispose();
+        await Pippin.evict(url);
+      }
+      return { text, sha256, again, log: await (await fetch(`/test/flaky-log?run=${id}`)).json() };
+    };
+    return { range: await run("range", true), norange: await run("norange", true) };
+  });
+  const want = crypto.createHash("sha256").update(fs.readFileSync(path.join(root, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))).digest("hex");
+  assert.equal(r.range.text, " Paris.");
+  assert.equal(r.range.log.length, 2, JSON.stringify(r.range.log));
+  assert.equal(r.range.log[0].range, null);
+  const from = Number(/^bytes=(\d+)-$/.exec(r.range.log[1].range)?.[1]);
+  // Where the engine had read to when Chromium errored the body (it drops what it had
+  // buffered past that): somewhere before the 30 MB the server sent.
+  assert.ok(from > 0 && from <= 30e6, `resumed from byte ${from}`);
+  assert.equal(r.range.log[1].ifRange, '"smollm2-q4_1"');
+  assert.equal(r.range.sha256, want, "the resumed download is cached whole, byte for byte");
+  assert.equal(r.range.again, " Paris.", "and loads from the cache");
+  assert.equal(r.norange.text, " Paris.");
+  assert.equal(r.norange.log.length, 2);
+  assert.match(r.norange.log[1].range, /^bytes=\d+-$/, "asked with Range, answered whole");
+  assert.equal(r.norange.sha256, want, "the whole file sent again, its first bytes skipped: the same bytes");
+  assert.equal(r.norange.again, " Paris.");
+});
+
+
 
 test("a split model (gguf-split files) loads from its first URL or its files in order, cached file by file", async () => {
   const r = await page.evaluate(async (dir) => {
@@ -466,7 +538,7 @@ test("a split model (gguf-split files) loads from its first URL or its files in 
     const byName = await text(await Pippin.load(name(1), { backend: "cpu", onProgress: (p) => seen.push(p) }));
     const cached = (await Pippin.cached()).filter((c) => c.url.includes("/split/"));
     const fromCache = await text(await Pippin.load(name(1), { backend: "cpu" }));
-    for (const k of [1, 2, 3]) await Pippin.deleteCached(name(k));
+    const evicted = await Pippin.evict(name(1));
     const inOrder = await text(await Pippin.load([name(1), name(2), name(3)], { backend: "cpu", cache: false }));
     const inWorker = await text(await WorkerPippin.load([name(1), name(2), name(3)], { backend: "cpu", cache: false }));
     return {
@@ -480,13 +552,15 @@ test("a split model (gguf-split files) loads from its first URL or its files in 
       reordered: await err(() => Pippin.load([name(2), name(1), name(3)], { backend: "cpu", cache: false })),
       empty: await err(() => Pippin.load([], { cache: false })),
       after: (await Pippin.cached()).filter((c) => c.url.includes("/split/")).length,
+      evicted,
     };
   }, "/models/fixtures/split");
   for (const t of [r.byName, r.fromCache, r.inOrder, r.inWorker]) assert.equal(t, " Paris.\n\n");
   const sizes = [41273984, 39905856, 17182912];
   assert.equal(r.upload.total, sizes[0] + sizes[1] + sizes[2], "one progress over every file");
   assert.deepEqual(r.cached.map((c) => c.bytes).sort(), [...sizes].sort(), "each file cached under its URL");
-  assert.equal(r.after, 0);
+  assert.equal(r.after, 0, "evict(first URL) removes every file");
+  assert.equal(r.evicted, true);
   assert.equal(r.missing.code, "BadOptions");
   assert.match(r.missing.message, /split into 3 files; 2 given/);
   assert.equal(r.reordered.code, "InvalidModel");
@@ -719,8 +793,8 @@ test("the engine's wasm is at most 3 MB, without guided generation's compiler", 
   assert.ok(fs.readFileSync(path.join(root, "pkg/pippin_guided_bg.wasm")).includes("llguidance"));
 });
 
-test("the page logged no errors but the expected 404", () => {
-  const unexpected = consoleErrors.filter((e) => !/404/.test(e));
+test("the page logged no errors but the expected 404 and dropped download", () => {
+  const unexpected = consoleErrors.filter((e) => !/404/.test(e) && !/\/test\/flaky\.gguf/.test(e));
   assert.deepEqual(unexpected, []);
 });
 

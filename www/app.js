@@ -79,6 +79,8 @@ async function loadModel() {
       backend: $("backend").value,
       kvCache: $("kv").value,
       onProgress: (p) => {
+        // The model loaded but is not kept for next time (storage): say so, and why.
+        if (p.cacheError) banner(escape(p.cacheError.message), "info");
         $("progress").value = p.fraction;
         const what = { download: "Connecting", upload: "Downloading and loading", compile: "Compiling the GPU kernels", ready: "Ready" }[p.phase] ?? p.phase;
         $("progress-text").textContent = p.total
@@ -290,7 +292,7 @@ $("new-chat").onclick = newChat;
 $("schema").oninput = () => $("banner").classList.contains("error") && banner("");
 $("load-adapter").onclick = loadAdapter;
 $("delete-cache").onclick = async () => {
-  for (const c of await Pippin.cached()) await Pippin.deleteCached(c.url);
+  for (const c of await Pippin.cached()) await Pippin.evict(c.url);
   refreshCache();
 };
 
