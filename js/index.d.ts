@@ -88,6 +88,14 @@ export interface LoadOptions {
   kvCache?: KvCacheFormat;
   /** Most tokens a conversation may hold (default 2048, at most the model's context). */
   maxContext?: number;
+  /**
+   * Hold Pippin to less than the GPU allows, to see a model as a smaller device runs
+   * it: `maxStorageBufferBindingSize` (bytes, at least 65536) splits every larger
+   * tensor across bindings and refuses (code "DeviceLimits", before the weights are
+   * downloaded) a model whose KV cache or tables do not fit one binding at
+   * `maxContext`. That check is always made against the GPU's own limits.
+   */
+  gpuLimits?: { maxStorageBufferBindingSize?: number };
   /** Keep a downloaded model in Cache Storage and load from there next time (default true). */
   cache?: boolean;
   /** Where pippin_wasm_bg.wasm is served, when not beside index.js. */

@@ -483,7 +483,7 @@ export class Pippin {
    * @param source a URL, a Response, a Blob/File or a Uint8Array; for a model split into
    * several files (gguf-split), an array of them in order, or the URL of the first
    * (`…-00001-of-000NN.gguf`: the others are found by name)
-   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, cache, wasmUrl, guidedWasmUrl, signal }
+   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, gpuLimits, cache, wasmUrl, guidedWasmUrl, signal }
    */
   static async load(source, options = {}) {
     const signal = options.signal;
@@ -511,6 +511,7 @@ export class Pippin {
     const engineOptions = {
       kvCache: options.kvCache,
       maxContext: options.maxContext,
+      gpuLimits: options.gpuLimits,
       softwareAdapter: webgpu === "software",
       backend: options.backend ?? "auto",
       webgpu,

@@ -75,12 +75,25 @@ test("the WebGPU backend (asked for; SwiftShader here) streams the reference con
     try {
       let text = "";
       for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
-      return { text, info: m.info(), shared: llm.info() };
+      return { text, info: m.info(), shared: llm.info(), capped: await capped(url) };
     } finally {
       await m.dispose();
     }
+    // As a GPU whose bindings hold 256 KiB runs it.
+    async function capped(url) {
+      const m = await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 512, gpuLimits: { maxStorageBufferBindingSize: 256 << 10 } });
+      try {
+        let text = "";
+        for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
+        return { text, info: m.info() };
+      } finally {
+        await m.dispose();
+      }
+    }
   }, MODEL);
   assert.equal(r.text, " Paris.\n\n");
+  assert.equal(r.capped.text, r.text, "the same text with every matrix split across 256 KiB bindings");
+  assert.equal(r.capped.info.maxStorageBufferBindingSize, 256 << 10);
   assert.equal(r.info.backend, "webgpu");
   assert.match(r.info.backendReason, /asked for/);
   assert.equal(typeof r.info.gpuAdapter, "string");
@@ -88,6 +101,24 @@ test("the WebGPU backend (asked for; SwiftShader here) streams the reference con
   // "auto" on a software adapter: the CPU backend, and why.
   assert.equal(r.shared.backend, "cpu");
   assert.match(r.shared.backendReason, /software/);
+});
+
+test("a KV cache or RoPE table over the GPU's binding limit is refused (DeviceLimits) before the weights download", async () => {
+  const r = await page.evaluate(async (url) => {
+    let loaded = 0;
+    const onProgress = (p) => p.phase === "upload" && (loaded = Math.max(loaded, p.loaded));
+    const gpuLimits = { maxStorageBufferBindingSize: 1 << 20 };
+    try {
+      await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 8192, gpuLimits, onProgress });
+      return { loaded };
+    } catch (e) {
+      return { loaded, name: e.name, code: e.code, message: e.message };
+    }
+  }, MODEL);
+  assert.equal(r.name, "PippinError");
+  assert.equal(r.code, "DeviceLimits");
+  assert.match(r.message, /a RoPE table needs one buffer of 2\.0 MiB.*1\.0 MiB at maxContext 8192: a maxContext of at most 4096 fits/);
+  assert.ok(r.loaded < 8 << 20, `${r.loaded} bytes of the 98 MB file read before the refusal`);
 });
 
 test("memory: a small wasm heap while loading, GPU memory by kind, and load/dispose cycles leak nothing", async (t) => {

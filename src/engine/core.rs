@@ -108,7 +108,10 @@ impl Engine {
         progress: crate::gguf::Progress<'_>,
     ) -> Result<Engine> {
         let mut tokenizer = None;
+        let max_binding = gpu.max_binding();
         let mut check = |g: &Gguf| {
+            let c = crate::model::Config::from_gguf(g)?;
+            super::GpuFootprint::check(g, &c, &session, max_binding)?;
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             Ok(())
         };

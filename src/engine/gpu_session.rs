@@ -7,7 +7,7 @@ use super::gpu_model::GpuModel;
 use super::{Backend, LateMask, Logits, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::kernels::attention::{self, LayerCache, CHUNK};
+use crate::kernels::attention::{self, LayerCache};
 use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, Io};
 use crate::kernels::sample::{self, TopK};
@@ -16,7 +16,11 @@ use crate::quant::kv::KvFormat;
 use std::collections::HashMap;
 
 mod chain;
+mod footprint;
 mod forward;
+
+pub use footprint::GpuFootprint;
+use footprint::{Sizes, MAX_PENALTY_IDS};
 
 use chain::InFlight;
 
@@ -103,8 +107,6 @@ impl Buffers {
     }
 }
 
-const MAX_PENALTY_IDS: usize = 1024;
-
 pub struct GpuSession {
     opts: SessionOptions,
     cache: Vec<LayerCache>,
@@ -134,13 +136,11 @@ pub struct GpuSession {
 
 impl GpuSession {
     /// A session for `m`; it must only ever run with that model (see `GpuBackend`).
-    pub fn new(m: &GpuModel, mut opts: SessionOptions) -> Result<Self> {
+    pub fn new(m: &GpuModel, opts: SessionOptions) -> Result<Self> {
         let c = &m.config;
         let g = &m.gpu;
-        opts.max_context = opts.max_context.clamp(1, c.context_length);
-        opts.chunk = opts.chunk.clamp(1, 256);
-        let (n, f4) = (opts.chunk as u64, 4u64);
-        let splits = opts.max_context.div_ceil(CHUNK as usize) as u64;
+        let opts = footprint::fit(c, opts, g.max_binding());
+        let z = Sizes::of(c, &opts);
         let factors = m.rope_factors.as_deref();
         // One table per kind of layer there is (global, sliding-window).
         let table = |l: usize| {
@@ -159,25 +159,22 @@ impl GpuSession {
         };
         let b = Buffers {
             step: g.uniform("step", bytemuck::bytes_of(&Step::default())),
-            tokens: g.storage("tokens", n * 4)?,
-            x: g.storage("x", n * c.hidden as u64 * f4)?,
-            h: g.storage("h", n * c.hidden as u64 * f4)?,
-            qkv: g.storage("qkv", n * (c.q_dim() + 2 * c.kv_dim()) as u64 * f4)?,
-            att: g.storage("attention out", n * c.q_dim() as u64 * f4)?,
-            gu: g.storage("gate|up", n * 2 * c.ffn_dim as u64 * f4)?,
-            act: g.storage("swiglu", n * c.ffn_dim as u64 * f4)?,
-            part: g.storage(
-                "attention partials",
-                c.n_heads as u64 * splits * (c.head_dim as u64 + 2) * f4,
-            )?,
-            last: g.storage("last hidden", c.hidden as u64 * f4)?,
-            logits: g.storage("logits", c.vocab_size as u64 * f4)?,
-            penalty_ids: g.storage("penalty ids", (MAX_PENALTY_IDS as u64 + 1) * 4)?,
+            tokens: g.storage("tokens", z.tokens)?,
+            x: g.storage("x", z.x)?,
+            h: g.storage("h", z.h)?,
+            qkv: g.storage("qkv", z.qkv)?,
+            att: g.storage("attention out", z.att)?,
+            gu: g.storage("gate|up", z.gu)?,
+            act: g.storage("swiglu", z.act)?,
+            part: g.storage("attention partials", z.part)?,
+            last: g.storage("last hidden", z.last)?,
+            logits: g.storage("logits", z.logits)?,
+            penalty_ids: g.storage("penalty ids", z.penalty_ids)?,
             rope: [rope_global, rope_local],
-            lora_t: g.storage("LoRA A·x", n * 256 * f4)?,
-            read_top: g.readback((sample::MAX_K * 8) as u64),
-            read_logits: g.readback(c.vocab_size as u64 * f4),
-            read_choice: [g.readback(4), g.readback(4)],
+            lora_t: g.storage("LoRA A·x", z.lora_t)?,
+            read_top: g.readback(z.read_top),
+            read_logits: g.readback(z.read_logits),
+            read_choice: [g.readback(z.read_choice), g.readback(z.read_choice)],
         };
         let cache = (0..c.n_layers)
             .map(|l| {
@@ -365,9 +362,9 @@ impl GpuSession {
         self.cache.iter().map(LayerCache::bytes).sum()
     }
 
-    /// GPU bytes of activations, RoPE tables and read-back buffers.
+    /// GPU bytes of activations, RoPE tables, candidates and read-back buffers.
     pub fn scratch_bytes(&self) -> u64 {
-        self.b.bytes()
+        self.b.bytes() + self.topk.bytes()
     }
 
     async fn run(
@@ -431,8 +428,12 @@ impl GpuSession {
     ) -> Result<Vec<f32>> {
         self.abandon();
         self.check(m, tokens)?;
-        let (g, c, chunk) = (&m.gpu, &m.config, self.opts.chunk);
+        let (g, c) = (&m.gpu, &m.config);
         let row_bytes = c.vocab_size as u64 * 4;
+        // The chunk's logits are one binding: fewer tokens a chunk where they would
+        // be over it (Gemma's 262K-token rows are 1 MiB each).
+        let fit = (g.max_binding() / row_bytes).max(1) as usize;
+        let chunk = self.opts.chunk.min(fit);
         let scores = g.storage("scores", chunk as u64 * row_bytes)?;
         let mut out = Vec::with_capacity(tokens.len());
         for (ci, part) in tokens.chunks(chunk).enumerate() {

@@ -18,7 +18,7 @@ pub use core::{busy, AdapterChoice, Engine, GpuBytes, Prompt, ResidentAdapter};
 pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
-pub use gpu_session::{GpuBackend, GpuSession, SessionOptions};
+pub use gpu_session::{GpuBackend, GpuFootprint, GpuSession, SessionOptions};
 
 use crate::error::{Error, Result};
 use crate::guided::{GrammarCache, Guide, ResponseFormat};

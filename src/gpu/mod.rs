@@ -41,6 +41,9 @@ pub struct Gpu {
     pub adapter: AdapterSummary,
     pub caps: Caps,
     pub limits: wgpu::Limits,
+    /// The most bytes one binding may hold, below the device's own limit when the
+    /// caller asked (`with_max_binding`: to run a model as a smaller GPU would).
+    binding_cap: u64,
     lost: Arc<Mutex<Option<String>>>,
     errors: Arc<Mutex<Option<Error>>>,
     /// GPU objects (buffers, bind groups, pipelines) created so far, by this `Gpu` and
@@ -57,6 +60,25 @@ impl Gpu {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         Self::with_instance(instance, allow).await
+    }
+
+    /// As `new`, with storage bindings held to `max_binding` bytes when given: every
+    /// buffer a binding sees is split (or refused) as on a device whose
+    /// `maxStorageBufferBindingSize` were that. The device itself is requested with
+    /// the adapter's limits: WebGPU raises a requested limit under its default to the
+    /// default, so the cap is Pippin's own.
+    pub async fn with_max_binding(allow: Caps, max_binding: Option<u64>) -> Result<Gpu> {
+        const LEAST: u64 = 1 << 16;
+        let mut gpu = Self::new(allow).await?;
+        if let Some(cap) = max_binding {
+            if cap < LEAST {
+                return Err(Error::invalid(format!(
+                    "a storage binding limit of {cap} bytes is under the least Pippin runs with ({LEAST})"
+                )));
+            }
+            gpu.binding_cap = cap / 4 * 4;
+        }
+        Ok(gpu)
     }
 
     async fn with_instance(instance: wgpu::Instance, allow: Caps) -> Result<Gpu> {
@@ -138,6 +160,7 @@ impl Gpu {
             adapter,
             caps,
             limits,
+            binding_cap: u64::MAX,
             lost,
             errors,
             created: Arc::new(AtomicU64::new(0)),
@@ -204,6 +227,7 @@ impl Gpu {
         self.limits
             .max_storage_buffer_binding_size
             .min(self.limits.max_buffer_size)
+            .min(self.binding_cap)
     }
 
     /// A storage buffer holding `data`, written in chunks so no second full copy is made.

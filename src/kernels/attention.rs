@@ -65,6 +65,42 @@ impl LayerCache {
         window: usize,
         chunk: usize,
     ) -> Result<LayerCache> {
+        let s = CacheSize::of(c, format, max_len, window, chunk)?;
+        Ok(LayerCache {
+            k: gpu.storage("K cache", s.values)?,
+            v: gpu.storage("V cache", s.values)?,
+            k_scales: gpu.storage("K scales", s.scales)?,
+            v_scales: gpu.storage("V scales", s.scales)?,
+            slots: s.slots,
+            window,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.k.size() + self.v.size() + self.k_scales.size() + self.v_scales.size()
+    }
+}
+
+/// The buffers of one layer's cache, before they exist (the loader checks them
+/// against the device's limits from the GGUF header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSize {
+    pub slots: usize,
+    /// Bytes of K (and of V): one buffer each.
+    pub values: u64,
+    /// Bytes of K's scales (and of V's).
+    pub scales: u64,
+}
+
+impl CacheSize {
+    /// See `LayerCache::with_window`.
+    pub fn of(
+        c: &Config,
+        format: KvFormat,
+        max_len: usize,
+        window: usize,
+        chunk: usize,
+    ) -> Result<CacheSize> {
         let slots = if window > 0 {
             max_len.min(window.saturating_add(chunk))
         } else {
@@ -77,18 +113,16 @@ impl LayerCache {
         let words = values.div_ceil(format.per_word() as u64);
         let scales =
             (slots as u64 * format.scales_per_token(c.kv_dim(), c.n_kv_heads) as u64).max(1);
-        Ok(LayerCache {
-            k: gpu.storage("K cache", words * 4)?,
-            v: gpu.storage("V cache", words * 4)?,
-            k_scales: gpu.storage("K scales", scales * 4)?,
-            v_scales: gpu.storage("V scales", scales * 4)?,
+        // As `Gpu::storage` rounds them.
+        Ok(CacheSize {
             slots,
-            window,
+            values: (words * 4).max(4),
+            scales: scales * 4,
         })
     }
 
     pub fn bytes(&self) -> u64 {
-        self.k.size() + self.v.size() + self.k_scales.size() + self.v_scales.size()
+        2 * (self.values + self.scales)
     }
 }
 

@@ -25,14 +25,35 @@ pub struct TopK {
 
 impl TopK {
     pub fn new(gpu: &Gpu, vocab: usize) -> Result<TopK> {
-        let chunks = vocab.div_ceil(CH);
+        let [stage1, out, dummy, mask] = Self::buffers(vocab).map(|(what, b)| gpu.storage(what, b));
         Ok(TopK {
             vocab,
-            stage1: gpu.storage("top-k stage 1", (chunks * MAX_K * 8) as u64)?,
-            out: gpu.storage("top-k", (MAX_K * 8) as u64)?,
-            dummy: gpu.storage("top-k dummy", 8)?,
-            mask: gpu.storage("top-k mask", (mask_words(vocab) * 4) as u64)?,
+            stage1: stage1?,
+            out: out?,
+            dummy: dummy?,
+            mask: mask?,
         })
+    }
+
+    /// The buffers for a vocabulary of `vocab` tokens, by name and size (the loader
+    /// checks them against the device's limits before they exist).
+    pub fn buffers(vocab: usize) -> [(&'static str, u64); 4] {
+        let chunks = vocab.div_ceil(CH) as u64;
+        [
+            ("top-k stage 1", chunks * MAX_K as u64 * 8),
+            ("top-k", MAX_K as u64 * 8),
+            ("top-k dummy", 8),
+            ("top-k mask", (mask_words(vocab) * 4).max(4) as u64),
+        ]
+    }
+
+    /// GPU bytes these hold for a vocabulary of `vocab` tokens.
+    pub fn bytes_for(vocab: usize) -> u64 {
+        Self::buffers(vocab).iter().map(|(_, b)| b).sum()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        Self::bytes_for(self.vocab)
     }
 
     /// Writes a guided step's mask (bits past `mask` are clear: those tokens are not

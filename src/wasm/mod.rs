@@ -76,6 +76,15 @@ struct LoadOptions {
     backend: BackendRequest,
     /// What the page found of WebGPU (`engine::choice::WebGpuProbe`).
     webgpu: WebGpuProbe,
+    /// Limits to hold the GPU to, under what it has (to try a model as a smaller
+    /// device would run it).
+    gpu_limits: Option<GpuLimits>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct GpuLimits {
+    max_storage_buffer_binding_size: Option<u64>,
 }
 
 /// `undefined`: the active adapter; `null`: none; a string: that one.
@@ -217,11 +226,14 @@ impl Engine {
             ..Default::default()
         };
         let (kind, reason) = choose(opts.backend, opts.webgpu);
+        let cap = opts
+            .gpu_limits
+            .and_then(|l| l.max_storage_buffer_binding_size);
         // "auto" chose WebGPU but its device does not start: the CPU backend instead
         // (nothing of the stream has been read yet).
         let gpu = match kind {
             BackendKind::Cpu => Err(reason.to_string()),
-            BackendKind::Webgpu => match Gpu::new(Caps::all()).await {
+            BackendKind::Webgpu => match Gpu::with_max_binding(Caps::all(), cap).await {
                 Ok(gpu) => Ok(gpu),
                 Err(e) if opts.backend == BackendRequest::Auto => {
                     Err(format!("WebGPU did not start ({e})"))
@@ -547,7 +559,8 @@ impl<'a> Info<'a> {
             gpu_backend: g.adapter.backend.clone(),
             shader_f16: g.caps.shader_f16,
             subgroups: g.caps.subgroups,
-            max_storage_buffer_binding_size: g.limits.max_storage_buffer_binding_size,
+            // What Pippin binds: the device's limit, or less where `gpuLimits` asked.
+            max_storage_buffer_binding_size: g.max_binding(),
             max_buffer_size: g.limits.max_buffer_size,
         })
     }

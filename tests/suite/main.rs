@@ -11,6 +11,7 @@ mod cpu_backend;
 mod cpu_backend_files;
 mod cpu_threads;
 mod crafted_files;
+mod device_limits;
 mod engine;
 mod generate;
 mod ggml_formats;

@@ -8,8 +8,8 @@ use crate::common;
 use common::llama_cpp::sure_prefix;
 use common::{gemma_path, ids, models_file, synthetic, testdata};
 use pippin::engine::{
-    generate, Backend, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits,
-    SessionOptions, Want,
+    generate, Backend, CpuSession, GenerateOptions, GpuBackend, GpuFootprint, GpuModel, GpuSession,
+    Logits, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -209,6 +209,17 @@ fn sliding_window_ring_cache_gives_the_full_cache_logits() {
             2e-2 * size
         };
         let mut s = session(&m, kv, 8);
+        // The header's estimate (ring caches, a RoPE table per kind of layer) is
+        // what the session holds.
+        let so = SessionOptions {
+            max_context: 256,
+            kv,
+            chunk: 8,
+            cpu_memory: None,
+        };
+        let (g, _) = Gguf::open(&path).unwrap();
+        let f = GpuFootprint::check(&g, &r.config, &so, m.gpu.max_binding()).unwrap();
+        assert_eq!((f.kv, f.scratch), (s.kv_bytes(), s.scratch_bytes()));
         // 40 tokens of prefill in 5 chunks (the ring wraps), then 10 decode steps.
         let got = logits(&m, &mut s, &tokens[..40]);
         assert!(max_abs_diff(&got, &cpu[39]) < tol, "{kv:?} prefill");

@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Generate text from a prompt, streamed to stdout.
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Measure the GPU kernels and the whole model (see README, Performance).
     Bench {
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -65,6 +65,11 @@ enum Cmd {
         /// and the guided reply (natively its plain loops, on rayon's threads).
         #[arg(long)]
         cpu: bool,
+        /// Hold every GPU storage binding to this many MiB (as a device whose
+        /// maxStorageBufferBindingSize is that would): big tensors split, and a
+        /// model whose KV cache or tables do not fit is refused.
+        #[arg(long)]
+        max_binding_mib: Option<u64>,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -146,6 +151,11 @@ struct GenerateArgs {
     /// Most tokens a conversation may hold.
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
+    /// Hold every GPU storage binding to this many MiB (as a device whose
+    /// maxStorageBufferBindingSize is that would): big tensors split, and a
+    /// model whose KV cache or tables do not fit is refused.
+    #[arg(long)]
+    max_binding_mib: Option<u64>,
     /// A PEFT LoRA adapter: a folder with adapter_config.json and adapter_model.safetensors.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -240,7 +250,7 @@ fn messages(a: &GenerateArgs) -> Result<Option<Vec<Message>>> {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Generate(a) => generate(a),
+        Cmd::Generate(a) => generate(*a),
         Cmd::Info { model } => info(&model),
         Cmd::Convert(a) => quality::convert_cmd(a),
         Cmd::Perplexity(a) => quality::perplexity_cmd(a),
@@ -278,7 +288,8 @@ fn main() {
             kv,
             json,
             cpu: false,
-        } => run_bench(&model, reps, prompt, steps, kv, json),
+            max_binding_mib,
+        } => run_bench(&model, reps, prompt, steps, kv, json, max_binding_mib),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -358,7 +369,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         let (f, u, c) = pollster::block_on(r)?;
         (f, u, c, "CPU backend".to_string())
     } else {
-        let mut e = load_engine(&a.model, a.adapter.as_deref(), so)?;
+        let mut e = load_engine(&a.model, a.adapter.as_deref(), so, a.max_binding_mib)?;
         let name = format!(
             "GPU {} ({})",
             e.model()?.gpu.adapter.name,
@@ -411,10 +422,12 @@ fn run_bench(
     steps: usize,
     kv: KvFormat,
     json: bool,
+    max_binding_mib: Option<u64>,
 ) -> Result<()> {
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
-    let mut engine = load_engine(path, None, bench_session(prompt, steps, kv))?;
+    let session = bench_session(prompt, steps, kv);
+    let mut engine = load_engine(path, None, session, max_binding_mib)?;
     let memory = serde_json::json!({
         "load_heap_peak_bytes": pippin::memory::heap().peak_bytes - before.live_bytes,
         "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
@@ -507,14 +520,16 @@ fn run_bench_cpu(
     Ok(())
 }
 
-/// The engine on the GPU (every optional feature the adapter has), with a LoRA
-/// adapter folder made active when given.
+/// The engine on the GPU (every optional feature the adapter has, bindings held to
+/// `max_binding_mib` when given), with a LoRA adapter folder made active when given.
 fn load_engine(
     model: &std::path::Path,
     adapter: Option<&std::path::Path>,
     session: SessionOptions,
+    max_binding_mib: Option<u64>,
 ) -> Result<Engine> {
-    let gpu = pollster::block_on(Gpu::new(Caps::all()))?;
+    let cap = max_binding_mib.map(|m| m.saturating_mul(1 << 20));
+    let gpu = pollster::block_on(Gpu::with_max_binding(Caps::all(), cap))?;
     let mut e = pollster::block_on(Engine::load_file(gpu, model, session))?;
     if let Some(dir) = adapter {
         e.load_adapter_dir("adapter", dir)?;

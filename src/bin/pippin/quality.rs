@@ -180,7 +180,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             kv: a.kv,
             ..Default::default()
         };
-        let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so)?;
+        let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so, None)?;
         let name = format!("GPU {}, KV {:?}", e.model()?.gpu.adapter.name, a.kv);
         let mut b = e.backend()?;
         (
