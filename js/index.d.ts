@@ -261,6 +261,8 @@ export interface Usage {
   generatedTokens: number;
   prefillMs: number;
   decodeMs: number;
+  /** From the call to the reply's first text (template, tokens and prompt included). */
+  timeToFirstTokenMs: number;
 }
 
 export type Chunk =
@@ -291,6 +293,13 @@ export interface Reply extends AsyncIterable<Chunk> {
 export interface Stats {
   prefillTokensPerS: number;
   decodeTokensPerS: number;
+  /** The current or last reply's time from `generate`/`chat` to its first text
+   * (template, tokens and prompt included); 0 before any. */
+  timeToFirstTokenMs: number;
+  /** Where the load's time went: `totalMs` from `Pippin.load` to ready; `weightsMs`
+   * the header and weights, downloaded (or read from the cache) and uploaded as they
+   * arrive; `compileMs` the GPU pipelines and the recorded decode step (0 on the CPU). */
+  load: { totalMs: number; weightsMs: number; compileMs: number };
   weightBytes: number;
   kvCacheBytes: number;
   contextTokens: number;

@@ -156,8 +156,11 @@ async function openSource(source, options) {
     );
   }
   const files = [];
+  // The storage left is shared by the files: each is checked against what the ones
+  // before it will take.
+  const planned = { bytes: 0 };
   try {
-    for (const f of list) files.push(await openFile(f, options));
+    for (const f of list) files.push(await openFile(f, { ...options, planned }));
   } catch (e) {
     await Promise.all(files.map((f) => f.done(false).catch(() => {})));
     throw e;
@@ -199,9 +202,11 @@ async function openFile(source, options) {
     // Without a size the copy could not be checked whole later: it is not kept.
     if (!cache || !total) return { stream: body, total, done: async () => {} };
     const left = await storageLeft();
-    if (left !== undefined && total > left) {
-      return { stream: body, total, done: async () => {}, cacheError: storageError(url, total, left) };
+    const before = options.planned?.bytes ?? 0;
+    if (left !== undefined && before + total > left) {
+      return { stream: body, total, done: async () => {}, cacheError: storageError(url, total, Math.max(0, left - before)) };
     }
+    if (options.planned) options.planned.bytes += total;
     return cachingStream(cache, url, body, total);
   }
   if (source instanceof Response) {
@@ -463,6 +468,8 @@ async function threadsFor(options, webgpu) {
 export class Pippin {
   #engine;
   #threads;
+  /** Milliseconds from `Pippin.load` to ready (set by `load`). */
+  #loadMs = 0;
 
   constructor(engine, threads = { team: null, count: 1, reason: "" }) {
     this.#engine = engine;
@@ -486,6 +493,7 @@ export class Pippin {
    * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, gpuLimits, cache, wasmUrl, guidedWasmUrl, signal }
    */
   static async load(source, options = {}) {
+    const t0 = performance.now();
     const signal = options.signal;
     if (signal?.aborted) throw loadAborted(signal);
     const webgpu = await probeWebGPU(options.backend ?? "auto");
@@ -554,7 +562,9 @@ export class Pippin {
     // model loaded.
     const cacheError = src.cacheError;
     progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1, ...(cacheError && { cacheError }) });
-    return new Pippin(engine, threads);
+    const llm = new Pippin(engine, threads);
+    llm.#loadMs = performance.now() - t0;
+    return llm;
   }
 
   /** Streams a continuation of `prompt` (no chat template). */
@@ -598,11 +608,14 @@ export class Pippin {
     return this.#engine.adapters();
   }
 
-  /** { prefillTokensPerS, decodeTokensPerS, weightBytes, kvCacheBytes, contextTokens,
-   * dispatchesPerToken, gpuBytes: { weights, kvCache, scratch, adapters }, wasmHeapBytes,
-   * wasmHeapPeakBytes, wasmMemoryBytes } */
+  /** { prefillTokensPerS, decodeTokensPerS, timeToFirstTokenMs, load: { totalMs,
+   * weightsMs, compileMs }, weightBytes, kvCacheBytes, contextTokens, dispatchesPerToken,
+   * gpuBytes: { weights, kvCache, scratch, adapters }, wasmHeapBytes, wasmHeapPeakBytes,
+   * wasmMemoryBytes } */
   stats() {
-    return this.#engine.stats();
+    const s = this.#engine.stats();
+    s.load.totalMs = this.#loadMs;
+    return s;
   }
 
   /** { config, backend: "webgpu"|"cpu", backendReason, threads, threadsReason, gpuAdapter, gpuBackend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */

@@ -15,6 +15,7 @@ import { serve } from "./serve.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const SPLIT_FIRST = "/models/fixtures/split/SmolLM2-135M-Instruct-00001-of-00003.gguf";
 const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
 
 let server, base, browser, page;
@@ -75,7 +76,7 @@ test("the WebGPU backend (asked for; SwiftShader here) streams the reference con
     try {
       let text = "";
       for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
-      return { text, info: m.info(), shared: llm.info(), capped: await capped(url) };
+      return { text, info: m.info(), stats: m.stats(), shared: llm.info(), capped: await capped(url) };
     } finally {
       await m.dispose();
     }
@@ -94,6 +95,8 @@ test("the WebGPU backend (asked for; SwiftShader here) streams the reference con
   assert.equal(r.text, " Paris.\n\n");
   assert.equal(r.capped.text, r.text, "the same text with every matrix split across 256 KiB bindings");
   assert.equal(r.capped.info.maxStorageBufferBindingSize, 256 << 10);
+  const load = r.stats.load;
+  assert.ok(load.compileMs > 0 && load.weightsMs > 0 && load.weightsMs + load.compileMs <= load.totalMs, JSON.stringify(load));
   assert.equal(r.info.backend, "webgpu");
   assert.match(r.info.backendReason, /asked for/);
   assert.equal(typeof r.info.gpuAdapter, "string");
@@ -332,6 +335,12 @@ test("chat uses the template, reuses the KV cache, and reports stats and info", 
   assert.match(r.reply, /Paris/);
   assert.ok(r.usage.cachedTokens > 20, `turn 1 is reused (${r.usage.cachedTokens} cached tokens)`);
   assert.ok(r.stats.decodeTokensPerS > 0 && r.stats.weightBytes > 90e6 && r.stats.kvCacheBytes > 0);
+  // The first text comes after the prompt's run, well before the reply's end.
+  assert.ok(r.usage.timeToFirstTokenMs >= r.usage.prefillMs && r.usage.timeToFirstTokenMs < r.usage.prefillMs + r.usage.decodeMs + 1000, JSON.stringify(r.usage));
+  assert.equal(r.stats.timeToFirstTokenMs, r.usage.timeToFirstTokenMs);
+  // Load phases: the weights' stream within the whole load; no pipelines on the CPU.
+  const { totalMs, weightsMs, compileMs } = r.stats.load;
+  assert.ok(weightsMs > 0 && weightsMs <= totalMs && compileMs === 0, JSON.stringify(r.stats.load));
   // The CPU backend: weights in their quantized size, none on the GPU, split between
   // the threads' heaps: this one holds its share (and the whole small tensors).
   assert.equal(r.info.threads, 2);
@@ -503,6 +512,28 @@ test("a model over the storage left to the site loads from the network, not kept
   assert.equal(r.code, "Storage");
   assert.match(r.message, /\(99 MB\) could not be kept in Cache Storage: 40 MB of storage are left to this site/);
   assert.ok(r.typed);
+});
+
+test("a split model's files share the storage left: those that fit are kept, the next is said (Storage)", async () => {
+  const r = await page.evaluate(async (path) => {
+    const first = new URL(path, location.href).href;
+    await Pippin.evict(first);
+    // 90 MB left: the first two files (41 + 40 MB) fit, the third (17 MB) not beside them.
+    navigator.storage.estimate = async () => ({ quota: 100e6, usage: 10e6 });
+    try {
+      let ready;
+      const m = await Pippin.load(first, { backend: "cpu", onProgress: (p) => p.phase === "ready" && (ready = p) });
+      await m.dispose();
+      const listed = (await Pippin.cached()).map((c) => c.url.split("/").pop());
+      await Pippin.evict(first);
+      return { listed, code: ready.cacheError?.code, message: ready.cacheError?.message };
+    } finally {
+      delete navigator.storage.estimate;
+    }
+  }, SPLIT_FIRST);
+  assert.deepEqual(r.listed.sort(), ["SmolLM2-135M-Instruct-00001-of-00003.gguf", "SmolLM2-135M-Instruct-00002-of-00003.gguf"]);
+  assert.equal(r.code, "Storage");
+  assert.match(r.message, /00003-of-00003\.gguf \(18 MB\) could not be kept in Cache Storage: 9 MB of storage are left/);
 });
 
 test("a download that breaks off resumes where it stopped (HTTP Range), or skips what it had from a server without Range", async () => {

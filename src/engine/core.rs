@@ -407,6 +407,7 @@ impl Engine {
         opts: &GenerateOptions,
         adapter: &AdapterChoice,
     ) -> Result<u64> {
+        let asked = web_time::Instant::now();
         self.idle()?;
         let p = self.prepare(prompt, opts)?;
         let adapter = self.adapter(adapter)?;
@@ -419,6 +420,7 @@ impl Engine {
             &self.grammars,
         )
         .await?;
+        generation.asked_at(asked);
         if let Some(r) = p.calls {
             generation.expect_calls(r);
         }

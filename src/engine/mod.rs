@@ -211,6 +211,9 @@ pub struct Usage {
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// From the reply's start (its template and tokens included) to its first
+    /// piece of text: what a user waits for (0 until there is one).
+    pub time_to_first_token_ms: f64,
 }
 
 impl Usage {
@@ -277,6 +280,8 @@ pub struct Generation {
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
+    /// When the reply was asked for (`time_to_first_token_ms` counts from here).
+    asked: Instant,
 }
 
 impl Generation {
@@ -351,6 +356,7 @@ impl Generation {
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
+            asked: Instant::now(),
         };
         let t0 = Instant::now();
         if g.chained {
@@ -449,8 +455,22 @@ impl Generation {
         self.calls = Some(reader);
     }
 
+    /// Counts `time_to_first_token_ms` from `t` (the engine's start of the request,
+    /// before its template and tokens) instead of from the prompt's run.
+    pub fn asked_at(&mut self, t: Instant) {
+        self.asked = t;
+    }
+
     /// The next piece of text, or `Done` (again and again once finished).
     pub async fn next<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
+        let e = self.next_event(backend, tk).await?;
+        if matches!(e, Event::Text { .. }) && self.usage.time_to_first_token_ms == 0.0 {
+            self.usage.time_to_first_token_ms = ms_since(self.asked).max(f64::MIN_POSITIVE);
+        }
+        Ok(e)
+    }
+
+    async fn next_event<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
         loop {
             if let Some(e) = self.outbox.pop_front() {
                 match (e, &mut self.calls) {

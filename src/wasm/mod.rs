@@ -110,6 +110,7 @@ struct Slot {
     abort: Cell<Option<u64>>,
     /// What `stats()` and `adapters()` answer, also while a step holds the engine.
     stats: Cell<Stats>,
+    load: LoadTimes,
     adapters: RefCell<Vec<AdapterInfo>>,
 }
 
@@ -225,6 +226,9 @@ impl Engine {
             cpu_memory: Some(addressable),
             ..Default::default()
         };
+        let t0 = web_time::Instant::now();
+        let ms = |t: web_time::Instant| t.elapsed().as_secs_f64() * 1000.0;
+        let mut load = LoadTimes::default();
         let (kind, reason) = choose(opts.backend, opts.webgpu);
         let cap = opts
             .gpu_limits
@@ -244,9 +248,11 @@ impl Engine {
         let core = match gpu {
             Err(why) => {
                 let team = team.map(|t| Arc::new(threads::Threads(t)) as _);
-                Core::load_cpu_shared(&mut src, so, &mut progress, &why, team)
+                let core = Core::load_cpu_shared(&mut src, so, &mut progress, &why, team)
                     .await
-                    .map_err(js_err)?
+                    .map_err(js_err)?;
+                load.weights_ms = ms(t0);
+                core
             }
             Ok(mut gpu) => {
                 gpu.adapter.software |= opts.software_adapter;
@@ -254,10 +260,13 @@ impl Engine {
                     .await
                     .map_err(js_err)?;
                 core.set_reason(reason);
+                load.weights_ms = ms(t0);
                 if let Some(f) = &on_phase {
                     let _ = f.call1(&JsValue::NULL, &"compile".into());
                 }
+                let t1 = web_time::Instant::now();
                 core.warm().map_err(js_err)?;
+                load.compile_ms = ms(t1);
                 core
             }
         };
@@ -268,6 +277,7 @@ impl Engine {
             disposed: Cell::new(false),
             abort: Cell::new(None),
             stats: Cell::new(Stats::default()),
+            load,
             adapters: RefCell::new(Vec::new()),
         });
         slot.snapshot(&core);
@@ -384,6 +394,7 @@ impl Engine {
     /// Speeds of the current or last reply and GPU memory in use.
     pub fn stats(&self) -> JsResult<JsValue> {
         let mut s = self.slot.stats.get();
+        s.load = self.slot.load;
         let heap = crate::memory::heap();
         s.wasm_heap_bytes = heap.live_bytes;
         s.wasm_heap_peak_bytes = heap.peak_bytes;
@@ -452,11 +463,25 @@ impl From<Event> for Chunk {
     }
 }
 
+/// Where a load's time went, from the engine's side (JS adds the whole load's).
+#[derive(Serialize, Clone, Copy, Default)]
+#[serde(rename_all = "camelCase")]
+struct LoadTimes {
+    /// The header and every weight: downloaded (or read from the cache) and
+    /// uploaded as they arrive — one phase, as they overlap.
+    weights_ms: f64,
+    /// Compiling the pipelines and recording the decode step (0 on the CPU backend).
+    compile_ms: f64,
+}
+
 #[derive(Serialize, Clone, Copy, Default)]
 #[serde(rename_all = "camelCase")]
 struct Stats {
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
+    /// The current or last reply's, from its start to its first text.
+    time_to_first_token_ms: f64,
+    load: LoadTimes,
     weight_bytes: u64,
     kv_cache_bytes: u64,
     context_tokens: usize,
@@ -476,6 +501,7 @@ impl Stats {
         Stats {
             prefill_tokens_per_s: u.prefill_tokens_per_s(),
             decode_tokens_per_s: u.decode_tokens_per_s(),
+            time_to_first_token_ms: u.time_to_first_token_ms,
             weight_bytes: c.weight_bytes(),
             kv_cache_bytes: c.kv_cache_bytes(),
             context_tokens: c.context_tokens(),

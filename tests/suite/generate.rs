@@ -92,6 +92,10 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
     let (finish, usage) = generate(&mut s, &tk, &ids, &opts, |_, _| true).unwrap();
     assert_eq!(finish, FinishReason::Stop);
     assert!(usage.generated_tokens < 40);
+    // The first text waits for the prompt's run, not for the reply's end.
+    let first = usage.time_to_first_token_ms;
+    assert!(first >= usage.prefill_ms, "{usage:?}");
+    assert!(first < usage.prefill_ms + usage.decode_ms, "{usage:?}");
 }
 
 #[test]

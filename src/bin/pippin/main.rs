@@ -396,11 +396,12 @@ fn generate(a: GenerateArgs) -> Result<()> {
     }
     let _ = writeln!(std::io::stdout());
     eprintln!(
-        "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, finish: {finish:?}]",
+        "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, first token after {:.0} ms, finish: {finish:?}]",
         u.prompt_tokens,
         u.generated_tokens,
         u.prefill_tokens_per_s(),
-        u.decode_tokens_per_s()
+        u.decode_tokens_per_s(),
+        u.time_to_first_token_ms
     );
     Ok(())
 }
