@@ -100,7 +100,7 @@ fn greedy_pipelined_writes_what_one_step_at_a_time_writes() {
 fn seeded_sampling_with_filters_and_penalty_is_the_same_pipelined() {
     for (seed, top_p, min_p, last_n) in [(7, 0.95, 0.02, 8), (11, 1.0, 0.0, 1), (3, 0.8, 0.1, 64)] {
         let opts = GenerateOptions {
-            max_tokens: 24,
+            max_tokens: 12,
             sampler: SamplerOptions {
                 temperature: 0.9,
                 top_k: 40,
