@@ -3,6 +3,9 @@
 // Response, as Pippin.load keeps a download; OPFS: FileSystemWritableFileStream) and
 // read back whole as a stream (as a cached load reads it). Prints one JSON line per
 // size. Usage: node scripts/lib/bench_storage.mjs [MB...] (default 256 2048)
+// NOT WORKING YET (2026-12-02): Chromium rejects this page's Cache.put of the generated
+// stream with "UnknownError: Unexpected internal error" (Pippin's own streamed put, in
+// js/index.js, works in the same page): find the difference before trusting a figure.
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "../../pkg-tests/node_modules/playwright-core/index.mjs";
@@ -49,7 +52,7 @@ try {
       // Cache Storage.
       await caches.delete("bench");
       const cache = await caches.open("bench");
-      const headers = { "content-length": String(total) };
+      const headers = { "x-bench-size": String(total) };
       [out.cacheWriteMs] = await time(() => cache.put("/bench.bin", new Response(source(), { headers })));
       [out.cacheReadMs, out.cacheReadBytes] = await time(async () => drain((await cache.match("/bench.bin")).body));
       await caches.delete("bench");
