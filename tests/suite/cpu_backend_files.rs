@@ -100,17 +100,6 @@ fn every_requantized_fixture_matches_the_f32_reference() {
     }
 }
 
-/// A reader that counts the bytes read through it.
-struct Counting<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
-
-impl<R: std::io::Read> std::io::Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.0.read(buf)?;
-        self.1.set(self.1.get() + n as u64);
-        Ok(n)
-    }
-}
-
 /// A model over the CPU backend's memory is refused from its header, with the sizes,
 /// before its weights are read; under the limit it loads.
 #[test]
@@ -120,7 +109,7 @@ fn a_model_over_the_cpu_memory_is_refused_before_its_weights_are_read() {
     let len = std::fs::metadata(&path).unwrap().len();
     let load = |limit: u64| {
         let read = std::rc::Rc::new(std::cell::Cell::new(0));
-        let file = Counting(std::fs::File::open(&path).unwrap(), read.clone());
+        let file = common::Counting(std::fs::File::open(&path).unwrap(), read.clone());
         let mut src = pippin::gguf::ReadSource {
             reader: file,
             len: Some(len),

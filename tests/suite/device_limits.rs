@@ -90,17 +90,6 @@ fn a_smaller_binding_limit_splits_the_tensors_and_keeps_the_logits() {
     }
 }
 
-/// Counts the bytes the loader reads.
-struct Counting<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
-
-impl<R: std::io::Read> std::io::Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.0.read(buf)?;
-        self.1.set(self.1.get() + n as u64);
-        Ok(n)
-    }
-}
-
 #[test]
 fn a_context_over_the_binding_limit_is_refused_before_the_weights() {
     let path = common::model_path();
@@ -110,7 +99,7 @@ fn a_context_over_the_binding_limit_is_refused_before_the_weights() {
             .expect("a GPU");
         let read = std::rc::Rc::new(std::cell::Cell::new(0));
         let mut src = pippin::gguf::ReadSource {
-            reader: Counting(std::fs::File::open(&path).unwrap(), read.clone()),
+            reader: common::Counting(std::fs::File::open(&path).unwrap(), read.clone()),
             len: Some(len),
         };
         let e = pollster::block_on(Engine::load(

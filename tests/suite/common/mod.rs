@@ -110,3 +110,14 @@ pub fn rank8_adapter() -> (String, Vec<u8>) {
     };
     write(&reference().config, &spec)
 }
+
+/// A reader that counts the bytes read through it (tests that a load stops early).
+pub struct Counting<R>(pub R, pub std::rc::Rc<std::cell::Cell<u64>>);
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1.set(self.1.get() + n as u64);
+        Ok(n)
+    }
+}
