@@ -6,9 +6,9 @@
 
 @group(0) @binding(3) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs, a multiple of 32
-override N: u32;            // rows of this part
 override X_STRIDE: u32;     // floats between tokens in x
 override Y_STRIDE: u32;     // floats between tokens in y
 override Y_OFFSET: u32 = 0u;
@@ -34,7 +34,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let r = lid / 4u;
         let p = lid % 4u;
         var w = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if row0 + r < N {
+        if row0 + r < part.rows {
             w = weight8(row0 + r, nb, b, p);
         }
         let wo = r * LD + p * 8u;
@@ -67,8 +67,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var i = 0u; i < 4u; i++) {
         let row = row0 + tr + 16u * i;
-        if row < N {
-            let o = t * Y_STRIDE + Y_OFFSET + row;
+        if row < part.rows {
+            let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             if ACCUMULATE {
                 y[o] += acc[i];
             } else {

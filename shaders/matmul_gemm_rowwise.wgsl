@@ -7,9 +7,9 @@
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;
-override N: u32;
 override X_STRIDE: u32;  // floats between tokens in x, a multiple of 4
 override Y_STRIDE: u32;
 override Y_OFFSET: u32 = 0u;
@@ -23,7 +23,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
         @builtin(workgroup_id) wid: vec3<u32>) {
     let row = gid.x + gid.y * nwg.x * 64u;
     let tok0 = wid.z * TT;
-    if row >= N || tok0 >= step.n_tokens {
+    if row >= part.rows || tok0 >= step.n_tokens {
         return;
     }
     let nt = min(TT, step.n_tokens - tok0);
@@ -39,7 +39,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
         }
     }
     for (var t = 0u; t < nt; t++) {
-        let o = (tok0 + t) * Y_STRIDE + Y_OFFSET + row;
+        let o = (tok0 + t) * Y_STRIDE + Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
             y[o] += acc[t];
         } else {

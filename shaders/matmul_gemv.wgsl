@@ -7,10 +7,10 @@
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs (row length), a multiple of 32
-override N: u32;            // rows of this part
-override Y_OFFSET: u32 = 0u; // where row 0 of this part lands in y
+override Y_OFFSET: u32 = 0u; // where row 0 of the matrix lands in y
 override ACCUMULATE: bool = false; // y += W·x (fuses the residual add)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
@@ -41,7 +41,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
     }
     var acc = 0.0;
-    if row < N {
+    if row < part.rows {
         for (var b = lane; b < nb; b += TPR) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
@@ -58,8 +58,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
-    if lane == 0u && row < N {
-        let o = Y_OFFSET + row;
+    if lane == 0u && row < part.rows {
+        let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
             y[o] += partial[lid];
         } else {

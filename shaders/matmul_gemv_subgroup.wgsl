@@ -6,9 +6,9 @@
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;
-override N: u32;
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
@@ -23,7 +23,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let row = (wid.x + wid.y * nwg.x) * (WG / SG) + lid / SG;
     let nb = K / 32u;
     var acc = 0.0;
-    if row < N {
+    if row < part.rows {
         for (var b = lane; b < nb; b += SG) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
@@ -33,8 +33,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
     let sum = subgroupAdd(acc);
-    if lane == 0u && row < N {
-        let o = Y_OFFSET + row;
+    if lane == 0u && row < part.rows {
+        let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
             y[o] += sum;
         } else {

@@ -13,9 +13,9 @@
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs (row length), a multiple of 32
-override N: u32;            // output rows (with GLU: gate rows; the matrix has 2·N)
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
@@ -76,12 +76,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 
+    // Output rows (with GLU: gate rows; the matrix has twice as many).
+    let n = select(part.rows, part.rows / 2u, GLU != 0u);
     let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
     let lane = lid % TPR;
     let nb = K / 32u;
     var acc = 0.0;
     var acc_up = 0.0;
-    if row < N {
+    if row < n {
         for (var b = lane; b < nb; b += TPR) {
             for (var p = 0u; p < 4u; p++) {
                 let xo = b * 8u + p * 2u;
@@ -97,7 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 let w = weight8(row, nb, b, p);
                 acc += dot(w.a, xa) + dot(w.b, xb);
                 if GLU != 0u {
-                    let u = weight8(row + N, nb, b, p);
+                    let u = weight8(row + n, nb, b, p);
                     acc_up += dot(u.a, xa) + dot(u.b, xb);
                 }
             }
@@ -113,12 +115,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
-    if lane == 0u && row < N {
+    if lane == 0u && row < n {
         var v = partial[lid];
         if GLU != 0u {
             v = act(v) * partial_up[lid];
         }
-        let o = Y_OFFSET + row;
+        let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
             y[o] += v;
         } else {

@@ -12,6 +12,13 @@ override LUT_ROWS: u32 = 16u;
 @group(0) @binding(1) var<storage, read> w_qs: array<u32>;
 @group(0) @binding(2) var<storage, read> w_scales: array<u32>;
 
+// A part of a matrix split by rows (one binding each): its first row and row count,
+// a uniform of the part's own, so parts share one pipeline.
+struct Part {
+    row0: u32,
+    rows: u32,
+}
+
 struct W8 {
     a: vec4<f32>,
     b: vec4<f32>,

@@ -23,6 +23,30 @@ pub struct Part {
     pub rows: usize,
     pub qs: wgpu::Buffer,
     pub scales: wgpu::Buffer,
+    /// `row0` and `rows` as the kernels' `part` uniform: a part's place is data, not
+    /// a pipeline constant, so a matrix in any number of parts compiles one pipeline.
+    pub span: wgpu::Buffer,
+}
+
+impl Part {
+    pub fn new(
+        gpu: &Gpu,
+        row0: usize,
+        rows: usize,
+        qs: wgpu::Buffer,
+        scales: wgpu::Buffer,
+    ) -> Result<Part> {
+        let word =
+            |v: usize| u32::try_from(v).map_err(|_| Error::invalid(format!("row {v} is past u32")));
+        let span = [word(row0)?, word(rows)?, 0, 0];
+        Ok(Part {
+            row0,
+            rows,
+            qs,
+            scales,
+            span: gpu.uniform("matrix part", bytemuck::cast_slice(&span)),
+        })
+    }
 }
 
 impl GpuMatrix {
@@ -76,12 +100,13 @@ impl GpuMatrix {
                 .qs
                 .get(pp.row0 * pp.row_words..(pp.row0 + pp.rows) * pp.row_words)
                 .ok_or_else(|| Error::invalid(format!("{name}: values do not cover its rows")))?;
-            parts.push(Part {
-                row0: pp.row0,
-                rows: pp.rows,
-                qs: gpu.upload_u32(&format!("{name} qs"), qs)?,
-                scales: gpu.upload_u32(&format!("{name} scales"), scales)?,
-            });
+            parts.push(Part::new(
+                gpu,
+                pp.row0,
+                pp.rows,
+                gpu.upload_u32(&format!("{name} qs"), qs)?,
+                gpu.upload_u32(&format!("{name} scales"), scales)?,
+            )?);
         }
         Ok(GpuMatrix {
             format: p.format,
@@ -112,12 +137,13 @@ impl GpuMatrix {
         let plan = plan_parts(probe.format, 0, rows, cols, max_bytes, name)?;
         let mut parts = Vec::with_capacity(plan.len());
         for pp in &plan {
-            parts.push(Part {
-                row0: pp.row0,
-                rows: pp.rows,
-                qs: gpu.storage(&format!("{name} qs"), (pp.rows * pp.row_words * 4) as u64)?,
-                scales: gpu.storage(&format!("{name} scales"), (pp.scales.len() * 4) as u64)?,
-            });
+            parts.push(Part::new(
+                gpu,
+                pp.row0,
+                pp.rows,
+                gpu.storage(&format!("{name} qs"), (pp.rows * pp.row_words * 4) as u64)?,
+                gpu.storage(&format!("{name} scales"), (pp.scales.len() * 4) as u64)?,
+            )?);
         }
         Ok(MatrixWriter {
             ty,
@@ -316,8 +342,7 @@ pub fn gemv(
                 ("FORMAT", m.format as u32 as f64),
                 ("LUT_ROWS", m.lut_rows.max(1) as f64),
                 ("K", m.cols as f64),
-                ("N", p.rows as f64),
-                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
                 (name, per_row as f64),
             ],
@@ -326,7 +351,7 @@ pub fn gemv(
         k.dispatch(
             pass,
             &pipe,
-            &[step, &p.qs, &p.scales, io.x, io.y],
+            &[step, &p.qs, &p.scales, io.x, io.y, &p.span],
             grid(groups),
         );
     }
@@ -383,8 +408,7 @@ pub fn norm_gemv(
                 ("FORMAT", m.format as u32 as f64),
                 ("LUT_ROWS", m.lut_rows.max(1) as f64),
                 ("K", m.cols as f64),
-                ("N", rows as f64),
-                ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+                ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
                 ("TPR", tpr as f64),
                 ("EPS", norm.eps as f64),
@@ -404,6 +428,7 @@ pub fn norm_gemv(
                 io.y,
                 norm.weights,
                 norm.normed,
+                &p.span,
             ],
             grid(groups),
         );
@@ -444,16 +469,15 @@ pub fn naive(
     Ok(())
 }
 
-/// The override constants both GEMM kernels take, for one part of `m`.
-fn gemm_constants(m: &GpuMatrix, p: &Part, io: &Io) -> [(&'static str, f64); 8] {
+/// The override constants both GEMM kernels take (the same for every part of `m`).
+fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 7] {
     [
         ("FORMAT", m.format as u32 as f64),
         ("LUT_ROWS", m.lut_rows.max(1) as f64),
         ("K", m.cols as f64),
-        ("N", p.rows as f64),
         ("X_STRIDE", io.x_stride as f64),
         ("Y_STRIDE", io.y_stride as f64),
-        ("Y_OFFSET", (io.y_offset + p.row0) as f64),
+        ("Y_OFFSET", io.y_offset as f64),
         ("ACCUMULATE", io.accumulate as u32 as f64),
     ]
 }
@@ -468,10 +492,11 @@ pub fn gemm_rowwise(
     n_tokens: usize,
 ) -> Result<()> {
     for p in &m.parts {
-        let pipe = k.pipe(Shader::MatmulGemmRowwise, &gemm_constants(m, p, io))?;
+        let pipe = k.pipe(Shader::MatmulGemmRowwise, &gemm_constants(m, io))?;
         let [gx, gy, _] = grid((p.rows as u32).div_ceil(64));
         let groups = [gx, gy, (n_tokens as u32).div_ceil(8)];
-        k.dispatch(pass, &pipe, &[step, &p.qs, &p.scales, io.x, io.y], groups);
+        let buffers = [step, &p.qs, &p.scales, io.x, io.y, &p.span];
+        k.dispatch(pass, &pipe, &buffers, groups);
     }
     Ok(())
 }
@@ -486,13 +511,14 @@ pub fn gemm(
     n_tokens: usize,
 ) -> Result<()> {
     for p in &m.parts {
-        let pipe = k.pipe(Shader::MatmulGemm, &gemm_constants(m, p, io))?;
+        let pipe = k.pipe(Shader::MatmulGemm, &gemm_constants(m, io))?;
         let groups = [
             (p.rows as u32).div_ceil(64),
             (n_tokens as u32).div_ceil(16),
             1,
         ];
-        k.dispatch(pass, &pipe, &[step, &p.qs, &p.scales, io.x, io.y], groups);
+        let buffers = [step, &p.qs, &p.scales, io.x, io.y, &p.span];
+        k.dispatch(pass, &pipe, &buffers, groups);
     }
     Ok(())
 }
@@ -534,15 +560,13 @@ pub fn embed(
                 ("FORMAT", table.format as u32 as f64),
                 ("LUT_ROWS", table.lut_rows.max(1) as f64),
                 ("HIDDEN", table.cols as f64),
-                ("ROW0", p.row0 as f64),
-                ("ROWS", p.rows as f64),
                 ("SCALE", scale as f64),
             ],
         )?;
         k.dispatch(
             pass,
             &pipe,
-            &[step, &p.qs, &p.scales, tokens, out],
+            &[step, &p.qs, &p.scales, tokens, out, &p.span],
             [n_tokens as u32, 1, 1],
         );
     }

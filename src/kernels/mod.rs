@@ -86,9 +86,9 @@ impl Shader {
             | Shader::MatmulGemvSubgroup
             | Shader::MatmulGemm
             | Shader::MatmulGemmRowwise
-            | Shader::Embed => &[U, R, R, R, W],
+            | Shader::Embed => &[U, R, R, R, W, U],
             Shader::RmsNorm => &[U, R, R, W],
-            Shader::NormMatmulGemv => &[U, R, R, R, W, R, W],
+            Shader::NormMatmulGemv => &[U, R, R, R, W, R, W, U],
             // step, K, V, K scales, V scales (written: the new token), qkv, out, the
             // RoPE table, the QK-norm weights (q's then k's).
             Shader::AttentionDecodeFused => &[U, W, W, W, W, R, W, R, R],
@@ -289,6 +289,11 @@ impl Kernels {
             recording: Default::default(),
             created: gpu.created.clone(),
         }
+    }
+
+    /// Pipelines compiled so far (distinct shader and constants).
+    pub fn pipelines(&self) -> usize {
+        self.pipes.lock().map_or(0, |p| p.len())
     }
 
     fn count(&self, n: u64) {

@@ -48,12 +48,7 @@ impl Stacked {
             rows,
             cols: mats[0].cols,
             lut_rows: mats[0].lut_rows,
-            parts: vec![Part {
-                row0: 0,
-                rows,
-                qs,
-                scales,
-            }],
+            parts: vec![Part::new(gpu, 0, rows, qs, scales)?],
         }))
     }
 

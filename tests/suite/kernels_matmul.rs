@@ -189,6 +189,30 @@ fn gemm_tiled_and_rowwise() {
     }
 }
 
+/// A matrix split into many parts compiles one pipeline per kernel, not one a part:
+/// where a part lands is its own uniform (Chromium compiles each pipeline separately).
+#[test]
+fn split_matrices_compile_one_pipeline_per_kernel() {
+    let c = ctx();
+    for rowwise_gemm in [false, true] {
+        let tuning = Tuning {
+            gemv_tpr: 4,
+            subgroup_size: 0,
+            rowwise_gemm,
+        };
+        let k = Kernels::with_tuning(&c.gpu, tuning);
+        let q6k = Ggml(GgmlType::Q6K);
+        // 4 rows a part: 13 parts, the last one short.
+        check_on(c, &k, q6k, 49, 256, 1, Some(4 * 210), false);
+        assert_eq!(k.pipelines(), 1, "gemv");
+        check_on(c, &k, q6k, 49, 256, 9, Some(4 * 210), true);
+        assert_eq!(k.pipelines(), 2, "gemm (rowwise: {rowwise_gemm})");
+        let k = Kernels::with_tuning(&c.gpu, tuning);
+        check_norm_gemv(&k, q6k, 49, 256, None, false, Some(4 * 210));
+        assert_eq!(k.pipelines(), 1, "norm gemv");
+    }
+}
+
 /// The subgroup GEMV, on adapters with subgroups of a fixed size (lavapipe has them:
 /// `scripts/test` sets PIPPIN_REQUIRE_SUBGROUPS=1, so CI can never skip this).
 #[test]
