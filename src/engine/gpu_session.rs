@@ -150,8 +150,7 @@ impl GpuSession {
                 &elementwise::rope_table(c, &freqs, opts.max_context),
             )
         };
-        let global = (0..c.n_layers).find(|&l| !c.is_sliding(l));
-        let local = (0..c.n_layers).find(|&l| c.is_sliding(l));
+        let (global, local) = c.first_of_each_kind();
         let rope_global = table(global.or(local).unwrap_or(0))?;
         let rope_local = match (local, global) {
             (Some(l), Some(_)) => table(l)?,

@@ -344,6 +344,14 @@ impl Config {
             && (self.swa_pattern == 0 || !(l + 1).is_multiple_of(self.swa_pattern))
     }
 
+    /// The first global layer and the first sliding-window one, where there are such:
+    /// the layers whose RoPE frequencies stand for their kind (one table a kind).
+    pub fn first_of_each_kind(&self) -> (Option<usize>, Option<usize>) {
+        let global = (0..self.n_layers).find(|&l| !self.is_sliding(l));
+        let local = (0..self.n_layers).find(|&l| self.is_sliding(l));
+        (global, local)
+    }
+
     /// Keys layer `l` may see behind a query, itself included (`usize::MAX`: all).
     pub fn window(&self, l: usize) -> usize {
         if self.is_sliding(l) {

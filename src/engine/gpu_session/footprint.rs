@@ -166,12 +166,10 @@ impl GpuFootprint {
                 None => Error::device_limits(msg),
             });
         }
-        let tables = if (0..c.n_layers).any(|l| c.is_sliding(l))
-            && (0..c.n_layers).any(|l| !c.is_sliding(l))
-        {
-            2
-        } else {
-            1
+        // One RoPE table a kind of layer, as `GpuSession::new` makes them.
+        let tables = match c.first_of_each_kind() {
+            (Some(_), Some(_)) => 2,
+            _ => 1,
         };
         let kv = (0..c.n_layers)
             .map(|l| Ok(layer_cache(c, &opts, l)?.bytes()))
