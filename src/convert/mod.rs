@@ -22,7 +22,7 @@ use crate::quant::{self, encode, GgmlType};
 use crate::tokenizer::Tokenizer;
 use hf::HfCheckpoint;
 use plan::Calibration;
-use std::io::{BufReader, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 
 pub const LAYOUT_VERSION: u32 = 1;
@@ -119,7 +119,7 @@ pub struct Report {
 
 /// The input: a GGUF file, or a Hugging Face checkpoint directory seen as one.
 enum Source {
-    Gguf(BufReader<std::fs::File>),
+    Gguf(crate::gguf::split::ModelFiles),
     Hf(HfCheckpoint),
 }
 
@@ -129,8 +129,8 @@ impl Source {
             let (g, ckpt) = HfCheckpoint::open(path)?;
             return Ok((g, Source::Hf(ckpt)));
         }
-        let (g, file) = Gguf::open(path)?;
-        Ok((g, Source::Gguf(BufReader::new(file))))
+        let (g, files) = crate::gguf::split::open_model(path)?;
+        Ok((g, Source::Gguf(files)))
     }
 
     fn read(&mut self, g: &Gguf, t: &TensorInfo) -> Result<Vec<u8>> {

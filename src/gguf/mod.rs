@@ -160,14 +160,13 @@ impl Gguf {
         Ok((gguf, file))
     }
 
-    /// Reads one tensor's raw bytes from a seekable source.
-    pub fn read_tensor<R: Read + Seek>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<u8>> {
-        r.seek(SeekFrom::Start(self.data_offset + t.offset))?;
-        read_exactly(r, t.n_bytes, &t.name)
+    /// Reads one tensor's raw bytes from a seekable file, or a split model's files.
+    pub fn read_tensor<R: TensorReader>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<u8>> {
+        r.read_tensor_of(self, t)
     }
 
     /// Reads and dequantizes one tensor to f32.
-    pub fn read_f32<R: Read + Seek>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<f32>> {
+    pub fn read_f32<R: TensorReader>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<f32>> {
         let n = usize::try_from(t.n_elements)
             .map_err(|_| Error::unsupported(format!("tensor {:?} is too large", t.name)))?;
         let bytes = self.read_tensor(r, t)?;
@@ -176,7 +175,28 @@ impl Gguf {
     }
 }
 
-fn read_exactly<R: Read>(r: &mut R, n: u64, name: &str) -> Result<Vec<u8>> {
+/// Where tensors are read by position: one seekable file (`Gguf::open`), or the files
+/// of a split model, each tensor from its own (`split::open_model`).
+pub trait TensorReader {
+    fn read_tensor_of(&mut self, g: &Gguf, t: &TensorInfo) -> Result<Vec<u8>>;
+}
+
+impl<R: Read + Seek> TensorReader for R {
+    fn read_tensor_of(&mut self, g: &Gguf, t: &TensorInfo) -> Result<Vec<u8>> {
+        if t.shard != 0 {
+            return Err(Error::invalid(format!(
+                "tensor {:?} is in file {} of a split model, and only one file is open \
+                 (gguf::split::open_model opens them all)",
+                t.name,
+                t.shard + 1
+            )));
+        }
+        self.seek(SeekFrom::Start(g.start(t)))?;
+        read_exactly(self, t.n_bytes, &t.name)
+    }
+}
+
+pub(crate) fn read_exactly<R: Read>(r: &mut R, n: u64, name: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(n.min(64 << 20) as usize);
     let got = r.take(n).read_to_end(&mut buf)?;
     if (got as u64) < n {

@@ -56,6 +56,49 @@ pub fn open_files(
     paths.iter().map(open).collect::<Result<_>>().map(Shards)
 }
 
+/// A model's files opened for reads by position (the f32 reference, `pippin convert`,
+/// `info`): one GGUF file, or every file of a split model.
+pub struct ModelFiles(Vec<std::io::BufReader<std::fs::File>>);
+
+impl super::TensorReader for ModelFiles {
+    fn read_tensor_of(&mut self, g: &Gguf, t: &super::TensorInfo) -> Result<Vec<u8>> {
+        use std::io::{Seek, SeekFrom};
+        let f = self.0.get_mut(t.shard).ok_or_else(|| {
+            Error::invalid(format!(
+                "tensor {:?} is in file {}, not open",
+                t.name,
+                t.shard + 1
+            ))
+        })?;
+        f.seek(SeekFrom::Start(g.start(t)))?;
+        super::read_exactly(f, t.n_bytes, &t.name)
+    }
+}
+
+/// The model at `path` as one `Gguf` (the headers merged: `check_first`, `add`) and
+/// its files: the file itself, or every file of the split whose first it is.
+pub fn open_model(path: &std::path::Path) -> Result<(Gguf, ModelFiles)> {
+    let paths = match shard_names(&path.to_string_lossy()) {
+        Some(names) => names.into_iter().map(std::path::PathBuf::from).collect(),
+        None => vec![path.to_path_buf()],
+    };
+    let mut files = Vec::with_capacity(paths.len());
+    let mut model: Option<Gguf> = None;
+    for (k, p) in paths.iter().enumerate() {
+        let (g, file) = Gguf::open(p)?;
+        match model.as_mut() {
+            None => {
+                check_first(&g, paths.len())?;
+                model = Some(g);
+            }
+            Some(m) => add(m, k, g)?,
+        }
+        files.push(std::io::BufReader::with_capacity(1 << 20, file));
+    }
+    let model = model.ok_or_else(|| Error::invalid("no model file"))?;
+    Ok((model, ModelFiles(files)))
+}
+
 /// `g`'s `split.no` and `split.count`, or (0, 1) for a file that is not a shard.
 fn position(g: &Gguf) -> Result<(u64, u64)> {
     let Some(count) = g.metadata.u64(SPLIT_COUNT) else {

@@ -18,8 +18,8 @@ use std::path::Path;
 
 /// Loads a GGUF file into the CPU reference model.
 pub fn load_reference(path: &Path) -> Result<(Gguf, Reference)> {
-    let (gguf, file) = Gguf::open(path)?;
+    let (gguf, mut files) = crate::gguf::split::open_model(path)?;
     let config = Config::from_gguf(&gguf)?;
-    let weights = Weights::load(&gguf, &config, &mut std::io::BufReader::new(file))?;
+    let weights = Weights::load(&gguf, &config, &mut files)?;
     Ok((gguf, Reference::new(config, weights)))
 }

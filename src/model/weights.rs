@@ -7,7 +7,6 @@ use crate::gguf::{Gguf, TensorInfo};
 use crate::quant::palette::{self, Palettized};
 use crate::quant::GgmlType;
 use std::collections::HashMap;
-use std::io::{Read, Seek};
 
 /// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`), or a
 /// vector (a norm's weights, RoPE factors: `rows == 1`). Whether a tensor is a matrix
@@ -99,7 +98,7 @@ pub enum Stored<'a> {
 
 impl Stored<'_> {
     /// Reads and dequantizes the weight to f32 (the CPU reference's view).
-    pub fn read_f32<R: Read + Seek>(
+    pub fn read_f32<R: crate::gguf::TensorReader>(
         &self,
         g: &Gguf,
         r: &mut R,
@@ -233,7 +232,7 @@ pub enum Tensor<M> {
 }
 
 impl Weights {
-    pub fn load<R: Read + Seek>(g: &Gguf, c: &Config, r: &mut R) -> Result<Weights> {
+    pub fn load<R: crate::gguf::TensorReader>(g: &Gguf, c: &Config, r: &mut R) -> Result<Weights> {
         Self::build(c, |s| locate(g, s)?.read_f32(g, r, s))
     }
 

@@ -8,8 +8,8 @@ use crate::common;
 
 use common::{model_path, models_file};
 use pippin::engine::{
-    Backend, CpuBackend, CpuModel, CpuState, Engine, GpuBackend, GpuModel, GpuSession, Logits,
-    SessionOptions, Want,
+    Backend, CpuBackend, CpuModel, CpuSession, CpuState, Engine, GpuBackend, GpuModel, GpuSession,
+    Logits, SessionOptions, Want,
 };
 use pippin::gguf::split::{shard_names, Shards};
 use pippin::gguf::ReadSource;
@@ -182,4 +182,41 @@ fn the_cli_runs_a_split_model_from_its_first_file() {
     let split = text(&shards()[0]);
     assert!(split.starts_with(" Paris"), "{split}");
     assert_eq!(split, text(&model_path()));
+}
+
+/// What reads a model by position — the f32 reference (`load_reference`: `pippin
+/// convert`, `perplexity --reference`, the tests) and `pippin info` — takes a split
+/// model's first file too, and reads every file.
+#[test]
+fn the_reference_and_info_read_every_file_of_a_split_model() {
+    let reference = |path: &PathBuf| {
+        let (g, r) = pippin::model::load_reference(path).unwrap();
+        let mut s = CpuSession::new(&r);
+        match pollster::block_on(s.forward(&PROMPT, Want::logits())).unwrap() {
+            Logits::Full(l) => (g.tensors.len(), l),
+            Logits::Top(_) => unreachable!("full logits were asked for"),
+        }
+    };
+    let (split, whole) = (reference(&shards()[0]), reference(&model_path()));
+    assert_eq!(split.0, whole.0, "tensors");
+    assert_close("split vs whole, f32 reference", &split.1, &whole.1, 0.0);
+
+    let info = |model: &PathBuf| {
+        let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
+            .arg("info")
+            .arg(model)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (split, whole) = (info(&shards()[0]), info(&model_path()));
+    // The same tensors listed; the file name and its size may differ.
+    let tensors = |s: &str| s.lines().filter(|l| l.contains("blk.")).count();
+    assert!(tensors(&whole) > 0, "{whole}");
+    assert_eq!(tensors(&split), tensors(&whole), "{split}");
 }

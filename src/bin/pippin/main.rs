@@ -586,7 +586,8 @@ fn make_adapter(
 }
 
 fn info(path: &std::path::Path) -> Result<()> {
-    let (g, _) = Gguf::open(path)?;
+    // Every file of a split model: its tensors are in all of them.
+    let (g, _) = pippin::gguf::split::open_model(path)?;
     // Built whole, then written once: `pippin info … | head` must not panic.
     let mut s = String::new();
     write_info(&mut s, path, &g).map_err(|e| Error::invalid(e.to_string()))?;
