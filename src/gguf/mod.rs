@@ -191,12 +191,17 @@ impl<R: Read + Seek> TensorReader for R {
                 t.shard + 1
             )));
         }
-        self.seek(SeekFrom::Start(g.start(t)))?;
-        read_exactly(self, t.n_bytes, &t.name)
+        read_at(self, g, t)
     }
 }
 
-pub(crate) fn read_exactly<R: Read>(r: &mut R, n: u64, name: &str) -> Result<Vec<u8>> {
+/// Tensor `t`'s bytes from its own file `r`.
+pub(crate) fn read_at<R: Read + Seek>(r: &mut R, g: &Gguf, t: &TensorInfo) -> Result<Vec<u8>> {
+    r.seek(SeekFrom::Start(g.start(t)))?;
+    read_exactly(r, t.n_bytes, &t.name)
+}
+
+fn read_exactly<R: Read>(r: &mut R, n: u64, name: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(n.min(64 << 20) as usize);
     let got = r.take(n).read_to_end(&mut buf)?;
     if (got as u64) < n {

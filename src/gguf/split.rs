@@ -39,12 +39,7 @@ pub fn shard_names(name: &str) -> Option<Vec<String>> {
 pub fn open_files(
     path: &std::path::Path,
 ) -> Result<Shards<super::ReadSource<std::io::BufReader<std::fs::File>>>> {
-    use std::path::PathBuf;
-    let paths = match shard_names(&path.to_string_lossy()) {
-        Some(names) => names.into_iter().map(PathBuf::from).collect(),
-        None => vec![path.to_path_buf()],
-    };
-    let open = |p: &PathBuf| {
+    let open = |p: &std::path::PathBuf| {
         let file = std::fs::File::open(p)
             .map_err(|e| Error::invalid(format!("cannot open {}: {e}", p.display())))?;
         let len = file.metadata()?.len();
@@ -53,7 +48,19 @@ pub fn open_files(
             len: Some(len),
         })
     };
-    paths.iter().map(open).collect::<Result<_>>().map(Shards)
+    model_paths(path)
+        .iter()
+        .map(open)
+        .collect::<Result<_>>()
+        .map(Shards)
+}
+
+/// `path`, or every file of the split whose first it is, in order.
+fn model_paths(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+    match shard_names(&path.to_string_lossy()) {
+        Some(names) => names.into_iter().map(std::path::PathBuf::from).collect(),
+        None => vec![path.to_path_buf()],
+    }
 }
 
 /// A model's files opened for reads by position (the f32 reference, `pippin convert`,
@@ -62,7 +69,6 @@ pub struct ModelFiles(Vec<std::io::BufReader<std::fs::File>>);
 
 impl super::TensorReader for ModelFiles {
     fn read_tensor_of(&mut self, g: &Gguf, t: &super::TensorInfo) -> Result<Vec<u8>> {
-        use std::io::{Seek, SeekFrom};
         let f = self.0.get_mut(t.shard).ok_or_else(|| {
             Error::invalid(format!(
                 "tensor {:?} is in file {}, not open",
@@ -70,18 +76,14 @@ impl super::TensorReader for ModelFiles {
                 t.shard + 1
             ))
         })?;
-        f.seek(SeekFrom::Start(g.start(t)))?;
-        super::read_exactly(f, t.n_bytes, &t.name)
+        super::read_at(f, g, t)
     }
 }
 
 /// The model at `path` as one `Gguf` (the headers merged: `check_first`, `add`) and
 /// its files: the file itself, or every file of the split whose first it is.
 pub fn open_model(path: &std::path::Path) -> Result<(Gguf, ModelFiles)> {
-    let paths = match shard_names(&path.to_string_lossy()) {
-        Some(names) => names.into_iter().map(std::path::PathBuf::from).collect(),
-        None => vec![path.to_path_buf()],
-    };
+    let paths = model_paths(path);
     let mut files = Vec::with_capacity(paths.len());
     let mut model: Option<Gguf> = None;
     for (k, p) in paths.iter().enumerate() {

@@ -129,26 +129,18 @@ fn bad_requests_are_errors_and_the_session_stays_usable() {
 
 #[test]
 fn cli_generates_and_reports() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args([
-            "generate",
-            "--cpu",
-            "--max-tokens",
-            "6",
-            "--prompt",
-            "The capital of France is",
-            "--model",
-        ])
-        .arg(model_path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with(" Paris."));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let model = model_path();
+    let (out, err) = common::pippin_cli([
+        "generate".as_ref(),
+        "--cpu".as_ref(),
+        "--max-tokens".as_ref(),
+        "6".as_ref(),
+        "--prompt".as_ref(),
+        "The capital of France is".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+    ]);
+    assert!(out.starts_with(" Paris."));
     assert!(
         err.contains("5 prompt tokens, 6 generated") && err.contains("decode"),
         "{err}"
@@ -159,18 +151,13 @@ fn cli_generates_and_reports() {
 /// (the CPU backend gives full logits, which the guided bench masks itself).
 #[test]
 fn cli_bench_on_the_cpu_backend() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args(["bench", "--cpu", "--json", "--prompt", "8", "--steps", "4"])
-        .args(["--model"])
-        .arg(model_path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let model = model_path();
+    let args = [
+        "bench", "--cpu", "--json", "--prompt", "8", "--steps", "4", "--model",
+    ];
+    let args = args.iter().map(std::ffi::OsStr::new);
+    let (out, _) = common::pippin_cli(args.chain([model.as_os_str()]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["backend"], "cpu");
     for k in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");

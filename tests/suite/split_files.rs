@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{model_path, models_file};
+use common::{model_path, models_file, pippin_cli};
 use pippin::engine::{
     Backend, CpuBackend, CpuModel, CpuSession, CpuState, Engine, GpuBackend, GpuModel, GpuSession,
     Logits, SessionOptions, Want,
@@ -16,8 +16,8 @@ use pippin::gguf::ReadSource;
 use pippin::gpu::{Caps, Gpu};
 use pippin::quant::kv::KvFormat;
 use pippin::testing::{assert_close, assert_finite};
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::Command;
 
 const PROMPT: [u32; 6] = [1, 504, 3575, 282, 4649, 314];
 
@@ -169,15 +169,10 @@ fn missing_reordered_repeated_or_truncated_files_are_clear_errors() {
 #[test]
 fn the_cli_runs_a_split_model_from_its_first_file() {
     let text = |model: &PathBuf| {
-        let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-            .args(["generate", "--cpu", "--max-tokens", "6"])
-            .args(["--prompt", "The capital of France is", "--model"])
-            .arg(model)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{err}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let args = ["generate", "--cpu", "--max-tokens", "6"];
+        let prompt = ["--prompt", "The capital of France is", "--model"];
+        let args = args.iter().chain(&prompt).map(OsStr::new);
+        pippin_cli(args.chain([model.as_os_str()])).0
     };
     let split = text(&shards()[0]);
     assert!(split.starts_with(" Paris"), "{split}");
@@ -201,19 +196,7 @@ fn the_reference_and_info_read_every_file_of_a_split_model() {
     assert_eq!(split.0, whole.0, "tensors");
     assert_close("split vs whole, f32 reference", &split.1, &whole.1, 0.0);
 
-    let info = |model: &PathBuf| {
-        let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-            .arg("info")
-            .arg(model)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let info = |model: &PathBuf| pippin_cli([OsStr::new("info"), model.as_os_str()]).0;
     let (split, whole) = (info(&shards()[0]), info(&model_path()));
     // The same tensors listed; the file name and its size may differ.
     let tensors = |s: &str| s.lines().filter(|l| l.contains("blk.")).count();
