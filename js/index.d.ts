@@ -298,8 +298,10 @@ export interface Stats {
   timeToFirstTokenMs: number;
   /** Where the load's time went: `totalMs` from `Pippin.load` to ready; `weightsMs`
    * the header and weights, downloaded (or read from the cache) and uploaded as they
-   * arrive; `compileMs` the GPU pipelines and the recorded decode step (0 on the CPU). */
-  load: { totalMs: number; weightsMs: number; compileMs: number };
+   * arrive, of which `headerCompileMs` created every GPU pipeline from the header
+   * before the first weight byte (they compile while the weights download);
+   * `compileMs` the recorded decode step after the weights (0 on the CPU). */
+  load: { totalMs: number; weightsMs: number; headerCompileMs: number; compileMs: number };
   weightBytes: number;
   kvCacheBytes: number;
   contextTokens: number;

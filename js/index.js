@@ -609,7 +609,7 @@ export class Pippin {
   }
 
   /** { prefillTokensPerS, decodeTokensPerS, timeToFirstTokenMs, load: { totalMs,
-   * weightsMs, compileMs }, weightBytes, kvCacheBytes, contextTokens, dispatchesPerToken,
+   * weightsMs, headerCompileMs, compileMs }, weightBytes, kvCacheBytes, contextTokens, dispatchesPerToken,
    * gpuBytes: { weights, kvCache, scratch, adapters }, wasmHeapBytes, wasmHeapPeakBytes,
    * wasmMemoryBytes } */
   stats() {

@@ -99,6 +99,8 @@ test("the WebGPU backend (asked for; SwiftShader here) streams the reference con
   assert.ok(r.capped.stats.dispatchesPerToken > r.stats.dispatchesPerToken, "split matrices are more dispatches");
   const load = r.stats.load;
   assert.ok(load.compileMs > 0 && load.weightsMs > 0 && load.weightsMs + load.compileMs <= load.totalMs, JSON.stringify(load));
+  // The pipelines were created from the header, within the weights' phase.
+  assert.ok(load.headerCompileMs > 0 && load.headerCompileMs < load.weightsMs, JSON.stringify(load));
   assert.equal(r.info.backend, "webgpu");
   assert.match(r.info.backendReason, /asked for/);
   assert.equal(typeof r.info.gpuAdapter, "string");
@@ -341,8 +343,8 @@ test("chat uses the template, reuses the KV cache, and reports stats and info", 
   assert.ok(r.usage.timeToFirstTokenMs >= r.usage.prefillMs && r.usage.timeToFirstTokenMs < r.usage.prefillMs + r.usage.decodeMs + 1000, JSON.stringify(r.usage));
   assert.equal(r.stats.timeToFirstTokenMs, r.usage.timeToFirstTokenMs);
   // Load phases: the weights' stream within the whole load; no pipelines on the CPU.
-  const { totalMs, weightsMs, compileMs } = r.stats.load;
-  assert.ok(weightsMs > 0 && weightsMs <= totalMs && compileMs === 0, JSON.stringify(r.stats.load));
+  const { totalMs, weightsMs, headerCompileMs, compileMs } = r.stats.load;
+  assert.ok(weightsMs > 0 && weightsMs <= totalMs && compileMs === 0 && headerCompileMs === 0, JSON.stringify(r.stats.load));
   // The CPU backend: weights in their quantized size, none on the GPU, split between
   // the threads' heaps: this one holds its share (and the whole small tensors).
   assert.equal(r.info.threads, 2);

@@ -39,6 +39,19 @@ const ROUTES = {
     // The first time: the connection drops before the end.
     if (seen.length === 1) stream.on("end", () => setTimeout(() => res.destroy(), 50));
   },
+  // The default model at `mbps` MB/s (a user's connection, for measuring what a load
+  // overlaps with its download: scripts/lib/check_3b_browser.mjs).
+  "/test/slow.gguf": async (root, res, req) => {
+    const file = path.join(root, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    const perTick = Number(new URL(req.url, "http://x").searchParams.get("mbps") ?? 10) * 1e5;
+    const data = fs.readFileSync(file);
+    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": data.length });
+    for (let at = 0; at < data.length && !res.destroyed; at += perTick) {
+      res.write(data.subarray(at, at + perTick));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    res.end();
+  },
   "/test/flaky-log": (root, res, req) => {
     const run = new URL(req.url, "http://x").searchParams.get("run");
     res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(flaky[run] ?? []));

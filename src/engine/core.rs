@@ -115,7 +115,8 @@ impl Engine {
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             Ok(())
         };
-        let (model, _) = GpuModel::load_checked(gpu, src, progress, &mut check).await?;
+        let (model, _) =
+            GpuModel::load_checked(gpu, src, progress, &mut check, Some(&session)).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
         Self::new(model, tokenizer, session)

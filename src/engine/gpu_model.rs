@@ -12,6 +12,9 @@ use crate::model::weights::{decodable, roles, Role, TensorSpec};
 use crate::model::Config;
 use crate::quant::{self, gpu_layout};
 use std::collections::HashMap;
+use std::sync::Arc;
+
+mod shadow;
 
 pub struct GpuLayer {
     pub attn_norm: wgpu::Buffer,
@@ -31,7 +34,8 @@ pub struct GpuLayer {
 /// Device, kernels and weights: what every session of one model shares.
 pub struct GpuModel {
     pub gpu: Gpu,
-    pub kernels: Kernels,
+    /// Shared with the shadow model the loader compiles from (`shadow::precompile`).
+    pub kernels: Arc<Kernels>,
     pub config: Config,
     pub embed: GpuMatrix,
     /// `None` when the output head is the embedding (tied).
@@ -41,9 +45,12 @@ pub struct GpuModel {
     /// Llama 3's per-frequency RoPE divisors (`rope_freqs.weight`), when present.
     pub rope_factors: Option<Vec<f32>>,
     pub weight_bytes: u64,
+    /// Milliseconds the load spent compiling pipelines from the header, before the
+    /// weights (0 when it was not given session options).
+    pub header_compile_ms: f64,
 }
 
-enum Uploaded {
+pub(super) enum Uploaded {
     Matrix(GpuMatrix),
     Vector(wgpu::Buffer, Vec<f32>),
 }
@@ -139,17 +146,21 @@ impl GpuModel {
         src: &mut S,
         progress: Progress<'_>,
     ) -> Result<(GpuModel, Gguf)> {
-        Self::load_checked(gpu, src, progress, &mut |_| Ok(())).await
+        Self::load_checked(gpu, src, progress, &mut |_| Ok(()), None).await
     }
 
     /// As `load_from`, with `check(header)` run before any weight is read (the caller
     /// builds the tokenizer there): a file that cannot be used fails before its
-    /// weights are downloaded and uploaded.
+    /// weights are downloaded and uploaded. With `session`, every pipeline a session
+    /// of those options runs is compiled from the header too, before the weights are
+    /// read (`shadow::precompile`): in the browser the GPU process compiles them while
+    /// the bytes download, and the first reply finds them ready.
     pub async fn load_checked<S: ByteSource>(
         gpu: Gpu,
         src: &mut S,
         progress: Progress<'_>,
         check: &mut dyn FnMut(&Gguf) -> Result<()>,
+        session: Option<&crate::engine::SessionOptions>,
     ) -> Result<(GpuModel, Gguf)> {
         let total = src.total_len();
         let mut w = Window::new(src);
@@ -158,6 +169,15 @@ impl GpuModel {
         attention::check_shape(&config)?;
         let roles = roles(&gguf, &config)?;
         check(&gguf)?;
+        // Natively `Kernels` is Send + Sync (sessions on other threads share a model);
+        // wgpu's browser types are not, and there the model has one thread.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let kernels = Arc::new(Kernels::new(&gpu));
+        let t0 = web_time::Instant::now();
+        if let Some(opts) = session {
+            shadow::precompile(&gpu, &kernels, &config, &gguf, &roles, opts)?;
+        }
+        let header_compile_ms = t0.elapsed().as_secs_f64() * 1000.0;
         let mut order: Vec<&crate::gguf::TensorInfo> = gguf
             .tensors
             .iter()
@@ -189,7 +209,9 @@ impl GpuModel {
             gpu.take_error()?;
             progress(w.read(), total.unwrap_or(0));
         }
-        Ok((Self::assemble(gpu, config, up)?, gguf))
+        let mut model = Self::assemble(gpu, kernels, config, up)?;
+        model.header_compile_ms = header_compile_ms;
+        Ok((model, gguf))
     }
 
     /// Opens and uploads a GGUF file (every file of a split model, given its first).
@@ -202,7 +224,12 @@ impl GpuModel {
         Self::load_from(gpu, &mut src, progress).await
     }
 
-    fn assemble(gpu: Gpu, config: Config, mut up: HashMap<String, Uploaded>) -> Result<GpuModel> {
+    fn assemble(
+        gpu: Gpu,
+        kernels: Arc<Kernels>,
+        config: Config,
+        mut up: HashMap<String, Uploaded>,
+    ) -> Result<GpuModel> {
         let mut take = |name: &str| {
             up.remove(name)
                 .ok_or_else(|| Error::gguf(format!("tensor {name} was not read")))
@@ -275,7 +302,6 @@ impl GpuModel {
                     .map(GpuMatrix::bytes),
             )
             .sum();
-        let kernels = Kernels::new(&gpu);
         Ok(GpuModel {
             gpu,
             kernels,
@@ -286,6 +312,7 @@ impl GpuModel {
             layers,
             rope_factors,
             weight_bytes,
+            header_compile_ms: 0.0,
         })
     }
 

@@ -49,7 +49,12 @@ pub struct Gpu {
     /// GPU objects (buffers, bind groups, pipelines) created so far, by this `Gpu` and
     /// the kernels on it: the bench and tests check a decode step creates none.
     pub created: Arc<AtomicU64>,
+    /// A stand-in for the device (`shadow`): buffers are placeholders.
+    shadow: bool,
 }
+
+/// Bytes of a shadow device's buffers: more than any uniform or struct a kernel binds.
+const SHADOW_BYTES: u64 = 256;
 
 const UPLOAD_CHUNK: usize = 8 << 20;
 
@@ -164,7 +169,43 @@ impl Gpu {
             lost,
             errors,
             created: Arc::new(AtomicU64::new(0)),
+            shadow: false,
         })
+    }
+
+    /// The same device, whose storage and read-back buffers are small placeholders and
+    /// whose uploads write nothing: a model built on it from a GGUF header alone has
+    /// every shape, format and binding of the real one, so recording its steps compiles
+    /// every pipeline the real model needs before its weights have arrived (they are
+    /// never submitted). Size checks still see the real sizes; errors go to this
+    /// device's sink; its buffers are counted apart.
+    pub fn shadow(&self) -> Gpu {
+        Gpu {
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            adapter: self.adapter.clone(),
+            caps: self.caps,
+            limits: self.limits.clone(),
+            binding_cap: self.binding_cap,
+            lost: self.lost.clone(),
+            errors: self.errors.clone(),
+            created: Arc::new(AtomicU64::new(0)),
+            shadow: true,
+        }
+    }
+
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// The size to create for a buffer of `size` bytes (a placeholder's on a shadow).
+    fn created_size(&self, size: u64) -> u64 {
+        let size = size.next_multiple_of(4).max(4);
+        if self.shadow {
+            size.min(SHADOW_BYTES)
+        } else {
+            size
+        }
     }
 
     /// GPU objects created so far (see `created`).
@@ -235,6 +276,9 @@ impl Gpu {
         let size = (data.len() as u64).next_multiple_of(4).max(4);
         self.check_size(label, size)?;
         let buf = self.storage(label, size)?;
+        if self.shadow {
+            return Ok(buf);
+        }
         for (i, chunk) in data.chunks(UPLOAD_CHUNK).enumerate() {
             let mut c = chunk.to_vec();
             c.resize(c.len().next_multiple_of(4), 0);
@@ -247,6 +291,9 @@ impl Gpu {
     /// takes the bytes before it returns).
     pub fn write_words(&self, buf: &wgpu::Buffer, at: usize, words: &[u32]) -> Result<()> {
         let (start, len) = (at as u64 * 4, words.len() as u64 * 4);
+        if self.shadow {
+            return Ok(());
+        }
         if start + len > buf.size() {
             return Err(Error::invalid(format!(
                 "writing {len} bytes at {start} overruns a buffer of {}",
@@ -273,7 +320,7 @@ impl Gpu {
         self.count();
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size,
+            size: self.created_size(size),
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_DST
                 | wgpu::BufferUsages::COPY_SRC,
@@ -327,7 +374,7 @@ impl Gpu {
         self.count();
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: size.next_multiple_of(4).max(4),
+            size: self.created_size(size),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })

@@ -131,10 +131,41 @@ impl GpuMatrix {
         let bad = || Error::invalid(format!("{name}: {ty} cannot hold rows of {cols}"));
         let row_bytes =
             usize::try_from(ty.bytes_for(cols as u64).ok_or_else(bad)?).map_err(|_| bad())?;
-        // The format and its words per row, from two rows of zeros (valid blocks in
-        // every GGML type: a zero scale).
-        let probe = gpu_layout::pack(ty, &vec![0; 2 * row_bytes], 2 * cols)?;
-        let plan = plan_parts(probe.format, 0, rows, cols, max_bytes, name)?;
+        let m = Self::empty(
+            gpu,
+            name,
+            Self::format_of(ty, cols)?,
+            0,
+            (rows, cols),
+            max_bytes,
+        )?;
+        Ok(MatrixWriter {
+            ty,
+            row_bytes,
+            row_words: (cols / 32) * m.format.qs_words_per_block(),
+            written: 0,
+            m,
+        })
+    }
+
+    /// The GPU format GGUF type `ty` packs to, from two rows of zeros (valid blocks in
+    /// every GGML type: a zero scale).
+    pub fn format_of(ty: GgmlType, cols: usize) -> Result<GpuFormat> {
+        let row_bytes = ty.bytes_for(cols as u64).unwrap_or(0) as usize;
+        Ok(gpu_layout::pack(ty, &vec![0; 2 * row_bytes], 2 * cols)?.format)
+    }
+
+    /// A `rows × cols` matrix in `format` whose buffers are allocated, not written: for
+    /// `writer`, and on a shadow device (`Gpu::shadow`) a stand-in for compiling.
+    pub fn empty(
+        gpu: &Gpu,
+        name: &str,
+        format: GpuFormat,
+        lut_rows: usize,
+        (rows, cols): (usize, usize),
+        max_bytes: u64,
+    ) -> Result<GpuMatrix> {
+        let plan = plan_parts(format, lut_rows, rows, cols, max_bytes, name)?;
         let mut parts = Vec::with_capacity(plan.len());
         for pp in &plan {
             parts.push(Part::new(
@@ -145,19 +176,22 @@ impl GpuMatrix {
                 gpu.storage(&format!("{name} scales"), (pp.scales.len() * 4) as u64)?,
             )?);
         }
-        Ok(MatrixWriter {
-            ty,
-            row_bytes,
-            row_words: plan.first().map_or(0, |p| p.row_words),
-            written: 0,
-            m: GpuMatrix {
-                format: probe.format,
-                rows,
-                cols,
-                lut_rows: 0,
-                parts,
-            },
+        Ok(GpuMatrix {
+            format,
+            rows,
+            cols,
+            lut_rows,
+            parts,
         })
+    }
+
+    /// Bytes of values and of scales the whole matrix packs to (what one part holds
+    /// when it is in one), from its shape alone.
+    pub fn packed_bytes(&self) -> (u64, u64) {
+        let blocks = self.cols / 32;
+        let qs = self.rows * blocks * self.format.qs_words_per_block();
+        let scales = scale_words(self.format, self.lut_rows, blocks, 0, self.rows).len();
+        (qs as u64 * 4, (scales as u64 * 4).max(4))
     }
 
     pub fn bytes(&self) -> u64 {

@@ -22,26 +22,18 @@ impl Stacked {
         if !stackable(gpu, &mats) {
             return Ok(Stacked::Apart(mats));
         }
-        let qs_bytes: u64 = mats.iter().map(|m| m.parts[0].qs.size()).sum();
+        let qs_bytes = mats.iter().map(|m| m.packed_bytes().0).sum();
         let qs = gpu.storage(&format!("{name} qs"), qs_bytes)?;
         let scales = if has_scales(mats[0].format) {
-            let bytes = mats.iter().map(|m| m.parts[0].scales.size()).sum();
+            let bytes = mats.iter().map(|m| m.packed_bytes().1).sum();
             gpu.storage(&format!("{name} scales"), bytes)?
         } else {
             gpu.storage(&format!("{name} scales"), 4)?
         };
-        let mut enc = gpu.device.create_command_encoder(&Default::default());
-        let (mut q_at, mut s_at) = (0, 0);
-        for m in &mats {
-            let p = &m.parts[0];
-            enc.copy_buffer_to_buffer(&p.qs, 0, &qs, q_at, p.qs.size());
-            q_at += p.qs.size();
-            if has_scales(m.format) {
-                enc.copy_buffer_to_buffer(&p.scales, 0, &scales, s_at, p.scales.size());
-                s_at += p.scales.size();
-            }
+        // A shadow device's buffers are placeholders: there is nothing to copy.
+        if !gpu.is_shadow() {
+            copy_into(gpu, &mats, &qs, &scales);
         }
-        gpu.queue.submit([enc.finish()]);
         let rows = mats.iter().map(|m| m.rows).sum();
         Ok(Stacked::One(GpuMatrix {
             format: mats[0].format,
@@ -73,6 +65,22 @@ impl Stacked {
     }
 }
 
+/// Each matrix's values and scales, one after another, into `qs` and `scales`.
+fn copy_into(gpu: &Gpu, mats: &[GpuMatrix], qs: &wgpu::Buffer, scales: &wgpu::Buffer) {
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    let (mut q_at, mut s_at) = (0, 0);
+    for m in mats {
+        let p = &m.parts[0];
+        enc.copy_buffer_to_buffer(&p.qs, 0, qs, q_at, p.qs.size());
+        q_at += p.qs.size();
+        if has_scales(m.format) {
+            enc.copy_buffer_to_buffer(&p.scales, 0, scales, s_at, p.scales.size());
+            s_at += p.scales.size();
+        }
+    }
+    gpu.queue.submit([enc.finish()]);
+}
+
 /// F32 and F16 matrices have no scales (one dummy word).
 fn has_scales(f: GpuFormat) -> bool {
     !matches!(f, GpuFormat::F32 | GpuFormat::F16)
@@ -96,7 +104,8 @@ fn stackable(gpu: &Gpu, mats: &[GpuMatrix]) -> bool {
         let tables_ok = !m.format.is_palette() || m.rows.is_multiple_of(m.lut_rows.max(1));
         halves_ok && tables_ok
     });
-    let total = |f: fn(&Part) -> u64| mats.iter().map(|m| f(&m.parts[0])).sum::<u64>();
-    let fits = total(|p| p.qs.size()).max(total(|p| p.scales.size())) <= gpu.max_binding();
+    // Sizes from shapes, not buffers: a shadow device's matrices stack as the real do.
+    let total = |f: fn((u64, u64)) -> u64| mats.iter().map(|m| f(m.packed_bytes())).sum::<u64>();
+    let fits = total(|b| b.0).max(total(|b| b.1)) <= gpu.max_binding();
     same && aligned && fits
 }

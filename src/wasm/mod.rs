@@ -267,6 +267,7 @@ impl Engine {
                 let t1 = web_time::Instant::now();
                 core.warm().map_err(js_err)?;
                 load.compile_ms = ms(t1);
+                load.header_compile_ms = core.gpu_model().map_or(0.0, |m| m.header_compile_ms);
                 core
             }
         };
@@ -470,7 +471,10 @@ struct LoadTimes {
     /// The header and every weight: downloaded (or read from the cache) and
     /// uploaded as they arrive — one phase, as they overlap.
     weights_ms: f64,
-    /// Compiling the pipelines and recording the decode step (0 on the CPU backend).
+    /// Of `weights_ms`: creating every pipeline from the header, before the first
+    /// weight byte (the GPU compiles them while the weights download; 0 on the CPU).
+    header_compile_ms: f64,
+    /// Recording the decode step, and any pipeline not yet created (0 on the CPU).
     compile_ms: f64,
 }
 

@@ -290,6 +290,7 @@ fn a_failing_header_check_stops_the_load() {
         &mut src,
         &mut |_, _| {},
         &mut check,
+        None,
     ))
     .err()
     .expect("an error")

@@ -106,7 +106,7 @@ fn gpu_tuned_kernels_forced_here_match_the_cpu() {
     let mut m = pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
         .unwrap()
         .0;
-    m.kernels = Kernels::with_tuning(&m.gpu, Tuning::gpu(0));
+    m.kernels = Kernels::with_tuning(&m.gpu, Tuning::gpu(0)).into();
     teacher_forced_like_the_cpu(&m, true);
 }
 
@@ -410,4 +410,38 @@ fn decode_steps_create_nothing_and_equal_the_immediate_path() {
             full[id as usize]
         );
     }
+}
+
+/// A load given the session's options compiles, from the header and before any weight
+/// is read, every pipeline warming that session would (`shadow::precompile`): warming
+/// after it compiles nothing, and warming on fresh kernels compiles as many; for the
+/// default model and Gemma 3 (sliding-window caches, QK-norm, post-norms, K-quants
+/// stacked and apart). The model then picks the shared model's greedy tokens: the
+/// shadow's plans were dropped, not replayed over the real weights.
+#[test]
+fn a_load_compiles_every_pipeline_from_the_header() {
+    let opts = SessionOptions {
+        max_context: 256,
+        kv: KvFormat::Int8,
+        chunk: 16,
+        cpu_memory: None,
+    };
+    let m = common::precompiled_load(&model_path(), &opts);
+    let greedy = |m: &GpuModel| {
+        let mut s = GpuSession::new(m, opts.clone()).unwrap();
+        let mut b = GpuBackend::new(m, &mut s);
+        let mut tokens = vec![];
+        let mut next = PROMPT.to_vec();
+        for _ in 0..3 {
+            let l = match pollster::block_on(b.forward(&next, Want::logits())).unwrap() {
+                Logits::Full(l) => l,
+                Logits::Top(_) => unreachable!(),
+            };
+            next = vec![argmax(&l) as u32];
+            tokens.push(next[0]);
+        }
+        tokens
+    };
+    assert_eq!(greedy(&m), greedy(model()));
+    common::precompiled_load(&common::gemma_path(), &opts);
 }

@@ -15,7 +15,6 @@ use pippin::engine::{
     GpuSession, Logits, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
-use pippin::gpu::{Caps, Gpu};
 use pippin::model::load_reference;
 use pippin::model::KvCache;
 use pippin::quant::kv::KvFormat;
@@ -62,11 +61,15 @@ fn mixed() -> &'static (PathBuf, Report) {
     M.get_or_init(|| converted("mixed.gguf", Bits::Mixed))
 }
 
+/// The model on the GPU, its pipelines (palettes' included) compiled from the header
+/// (`common::precompiled_load` checks they are all a session needs).
 fn gpu_model(path: &Path) -> GpuModel {
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-    pollster::block_on(GpuModel::load_file(gpu, path, &mut |_, _| {}))
-        .expect("the palettized model uploads")
-        .0
+    let opts = SessionOptions {
+        max_context: 128,
+        kv: KvFormat::Int8,
+        ..Default::default()
+    };
+    crate::common::precompiled_load(path, &opts)
 }
 
 fn tokens(path: &Path, n: usize) -> Vec<u32> {

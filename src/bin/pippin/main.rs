@@ -428,7 +428,13 @@ fn run_bench(
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
     let session = bench_session(prompt, steps, kv);
+    let t0 = web_time::Instant::now();
     let mut engine = load_engine(path, None, session, max_binding_mib)?;
+    // Natively the file is local and the compile runs before the upload, not beside it.
+    let load = serde_json::json!({
+        "total_ms": t0.elapsed().as_secs_f64() * 1e3,
+        "header_compile_ms": engine.model()?.header_compile_ms,
+    });
     let memory = serde_json::json!({
         "load_heap_peak_bytes": pippin::memory::heap().peak_bytes - before.live_bytes,
         "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
@@ -441,6 +447,7 @@ fn run_bench(
         let mut v = figures.to_json();
         v["guided"] = guided.to_json();
         v["memory"] = memory;
+        v["load"] = load;
         v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
         println!("{v:#}");
         return Ok(());
@@ -477,6 +484,7 @@ fn run_bench(
     println!("\n{figures}");
     println!("{guided}");
     println!("memory: {memory}");
+    println!("load: {load}");
     Ok(())
 }
 

@@ -96,6 +96,43 @@ pub fn load_cpu(
     pollster::block_on(load).unwrap().0
 }
 
+/// `path` on the GPU, loaded with the session options `opts` (so its pipelines are
+/// compiled from the header), after checking that warming a session of `opts` then
+/// compiles no pipeline, and that the same warm on fresh kernels compiles as many as
+/// the load did (at least 8).
+pub fn precompiled_load(
+    path: &std::path::Path,
+    opts: &pippin::engine::SessionOptions,
+) -> pippin::engine::GpuModel {
+    use pippin::engine::{GpuModel, GpuSession};
+    let gpu = pollster::block_on(pippin::gpu::Gpu::new(Default::default())).unwrap();
+    let mut src = pippin::gguf::split::open_files(path).unwrap();
+    let (mut progress, mut check) = (|_, _| {}, |_: &pippin::gguf::Gguf| Ok(()));
+    let load = GpuModel::load_checked(gpu, &mut src, &mut progress, &mut check, Some(opts));
+    let mut m = pollster::block_on(load).unwrap().0;
+    let at_load = m.kernels.pipelines();
+    let warm = |m: &GpuModel| {
+        let before = m.kernels.pipelines();
+        GpuSession::new(m, opts.clone()).unwrap().warm(m).unwrap();
+        m.gpu.take_error().unwrap();
+        m.kernels.pipelines() - before
+    };
+    let name = path.display();
+    assert_eq!(
+        warm(&m),
+        0,
+        "{name}: pipelines the warm compiled after the load"
+    );
+    m.kernels = std::sync::Arc::new(pippin::kernels::Kernels::new(&m.gpu));
+    assert_eq!(
+        warm(&m),
+        at_load,
+        "{name}: pipelines of a warm on fresh kernels vs the load's"
+    );
+    assert!(at_load >= 8, "{name}: {at_load} pipelines");
+    m
+}
+
 /// A rank-8 adapter of every projection for the default model (seed 3): its
 /// adapter_config.json and safetensors bytes.
 pub fn rank8_adapter() -> (String, Vec<u8>) {
