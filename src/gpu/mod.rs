@@ -198,9 +198,9 @@ impl Gpu {
         self.shadow
     }
 
-    /// The size to create for a buffer of `size` bytes (a placeholder's on a shadow).
+    /// The size to create for a buffer of `size` bytes, already whole words (a
+    /// placeholder's on a shadow).
     fn created_size(&self, size: u64) -> u64 {
-        let size = size.next_multiple_of(4).max(4);
         if self.shadow {
             size.min(SHADOW_BYTES)
         } else {
@@ -374,7 +374,7 @@ impl Gpu {
         self.count();
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: self.created_size(size),
+            size: self.created_size(size.next_multiple_of(4).max(4)),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })

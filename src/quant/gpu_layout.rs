@@ -404,15 +404,7 @@ pub fn pack_palette(p: &super::palette::Palettized) -> Result<Packed> {
 /// A palettized matrix straight from its GGUF tensors (`.pidx` words are already in
 /// the kernels' layout; `.plut` f16 tables pair up into words).
 pub fn pack_palette_bytes(bits: u32, lut_rows: usize, idx: &[u8], lut: &[u8]) -> Result<Packed> {
-    let format = match bits {
-        4 => GpuFormat::Pal4,
-        2 => GpuFormat::Pal2,
-        b => {
-            return Err(Error::unsupported(format!(
-                "{b}-bit palettes (supported: 2, 4)"
-            )))
-        }
-    };
+    let format = palette_format(bits)?;
     if !idx.len().is_multiple_of(4) || !lut.len().is_multiple_of(4) {
         return Err(Error::gguf("palettized tensor sizes are not whole words"));
     }
@@ -422,6 +414,17 @@ pub fn pack_palette_bytes(bits: u32, lut_rows: usize, idx: &[u8], lut: &[u8]) ->
         scales: words(lut).collect(),
         lut_rows,
     })
+}
+
+/// The GPU format of a palette of `bits`-bit indices.
+pub fn palette_format(bits: u32) -> Result<GpuFormat> {
+    match bits {
+        4 => Ok(GpuFormat::Pal4),
+        2 => Ok(GpuFormat::Pal2),
+        b => Err(Error::unsupported(format!(
+            "{b}-bit palettes (supported: 2, 4)"
+        ))),
+    }
 }
 
 /// f32 values as F16 GPU weights (for tests and converted tensors).

@@ -15,7 +15,7 @@ use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::Kernels;
 use crate::model::weights::Role;
 use crate::model::Config;
-use crate::quant::gpu_layout::GpuFormat;
+use crate::quant::gpu_layout;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -60,11 +60,7 @@ fn stand_ins(
                 )
             }
             Some(Role::Indices(s, bits, lut_rows)) => {
-                let format = if *bits == 2 {
-                    GpuFormat::Pal2
-                } else {
-                    GpuFormat::Pal4
-                };
+                let format = gpu_layout::palette_format(*bits)?;
                 let shape = (s.rows, s.cols);
                 let m = GpuMatrix::empty(shadow, &s.name, format, *lut_rows, shape, max)?;
                 (&s.name, Uploaded::Matrix(m))
