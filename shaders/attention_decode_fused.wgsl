@@ -19,6 +19,7 @@ override QKV_STRIDE: u32;
 override SCALE: f32;      // scores are q·k · SCALE
 override WINDOW: u32 = 0u;
 override HALF: u32;       // rotated pairs per head
+override ROTATE: bool = true; // false: a layer without RoPE (SmolLM3's NoPE layers)
 override STYLE: u32 = 0u; // 0: adjacent pairs; 1: half split
 override QK_NORM: bool = false;
 override EPS: f32 = 1e-6;
@@ -60,6 +61,9 @@ fn norm_head(in_qs: bool, at: u32, w0: u32, lid: u32) {
 
 // The rotated value of element i of a head (`v` itself, `other` its pair partner).
 fn rotated(i: u32, v: f32, other: f32, pos: u32) -> f32 {
+    if !ROTATE {
+        return v;
+    }
     var pair = i / 2u;
     var first = (i & 1u) == 0u;
     if STYLE == 1u {

@@ -13,6 +13,7 @@ override X_STRIDE: u32;     // floats between tokens in x
 override Y_STRIDE: u32;     // floats between tokens in y
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
+override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
 
 const BN: u32 = 64u;  // rows per tile
 const BT: u32 = 16u;  // tokens per tile
@@ -70,9 +71,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if row < part.rows {
             let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             if ACCUMULATE {
-                y[o] += acc[i];
+                y[o] += SCALE * acc[i];
             } else {
-                y[o] = acc[i];
+                y[o] = SCALE * acc[i];
             }
         }
     }

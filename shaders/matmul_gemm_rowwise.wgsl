@@ -14,6 +14,7 @@ override X_STRIDE: u32;  // floats between tokens in x, a multiple of 4
 override Y_STRIDE: u32;
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
+override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
 
 const TT: u32 = 8u;
 
@@ -41,9 +42,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var t = 0u; t < nt; t++) {
         let o = (tok0 + t) * Y_STRIDE + Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += acc[t];
+            y[o] += SCALE * acc[t];
         } else {
-            y[o] = acc[t];
+            y[o] = SCALE * acc[t];
         }
     }
 }

@@ -12,6 +12,7 @@
 override K: u32;            // inputs (row length), a multiple of 32
 override Y_OFFSET: u32 = 0u; // where row 0 of the matrix lands in y
 override ACCUMULATE: bool = false; // y += W·x (fuses the residual add)
+override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 
@@ -61,9 +62,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if lane == 0u && row < part.rows {
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += partial[lid];
+            y[o] += SCALE * partial[lid];
         } else {
-            y[o] = partial[lid];
+            y[o] = SCALE * partial[lid];
         }
     }
 }

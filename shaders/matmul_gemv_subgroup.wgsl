@@ -11,6 +11,7 @@
 override K: u32;
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
+override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
 override WG: u32 = 256u;  // a multiple of SG
 
@@ -36,9 +37,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if lane == 0u && row < part.rows {
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += sum;
+            y[o] += SCALE * sum;
         } else {
-            y[o] = sum;
+            y[o] = SCALE * sum;
         }
     }
 }

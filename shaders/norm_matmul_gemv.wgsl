@@ -18,6 +18,7 @@
 override K: u32;            // inputs (row length), a multiple of 32
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
+override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 override EPS: f32 = 1e-5;
@@ -122,9 +123,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += v;
+            y[o] += SCALE * v;
         } else {
-            y[o] = v;
+            y[o] = SCALE * v;
         }
     }
 }

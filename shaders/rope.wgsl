@@ -13,6 +13,7 @@ override HD: u32;         // head dimension, at most 256
 override NH: u32;         // query heads
 override QKV_STRIDE: u32; // floats per token in qkv
 override HALF: u32;       // rotated pairs per head (rope_dim / 2)
+override ROTATE: bool = true; // false: a layer without RoPE (SmolLM3's NoPE layers)
 override STYLE: u32 = 0u;
 override QK_NORM: bool = false;
 override EPS: f32 = 1e-6;
@@ -59,7 +60,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             first = i < HALF;
         }
         var v = head[i];
-        if pair < HALF && (STYLE == 0u || i < 2u * HALF) {
+        if ROTATE && pair < HALF && (STYLE == 0u || i < 2u * HALF) {
             let cs = table[pos * HALF + pair];
             let other = head[partner];
             v = select(other * cs.y + v * cs.x, v * cs.x - other * cs.y, first);

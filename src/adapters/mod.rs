@@ -8,7 +8,7 @@ mod peft;
 
 pub use peft::{parse, LoraConfig};
 
-use crate::model::{Arch, Config, PerProj, Proj, Weights};
+use crate::model::{Config, PerProj, Proj, RopeStyle, Weights};
 
 /// The seven linear layers of a block, in Hugging Face's names (`Proj::ALL` order).
 pub const MODULES: [&str; 7] = [
@@ -81,11 +81,13 @@ pub fn permute_rows<T: Copy + Default>(
     out
 }
 
-/// Whether projection `p`'s B rows must be permuted for this model (how many heads).
+/// Whether projection `p`'s B rows must be permuted for this model (how many heads):
+/// llama.cpp's converters permute Q/K rows exactly for the families whose RoPE pairs
+/// adjacent dimensions.
 pub fn needs_permutation(c: &Config, p: Proj) -> Option<usize> {
-    match (c.arch, p) {
-        (Arch::Llama, Proj::Q) => Some(c.n_heads),
-        (Arch::Llama, Proj::K) => Some(c.n_kv_heads),
+    match (c.rope_style, p) {
+        (RopeStyle::Adjacent, Proj::Q) => Some(c.n_heads),
+        (RopeStyle::Adjacent, Proj::K) => Some(c.n_kv_heads),
         _ => None,
     }
 }

@@ -42,32 +42,33 @@ fn read_json(dir: &Path, name: &str) -> Result<Option<Json>> {
 
 /// GGUF name of a Hugging Face tensor, for the tensors the model uses.
 fn gguf_name(hf: &str) -> Option<String> {
+    use crate::model::arch::{GlobalTensor as G, LayerTensor as L};
     let globals = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
+        ("model.embed_tokens.weight", G::Embedding),
+        ("model.norm.weight", G::OutputNorm),
+        ("lm_head.weight", G::Output),
     ];
     if let Some((_, g)) = globals.iter().find(|(h, _)| *h == hf) {
-        return Some(g.to_string());
+        return Some(g.name().to_string());
     }
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, module) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let module = match module {
-        "input_layernorm.weight" => "attn_norm",
-        "self_attn.q_proj.weight" => "attn_q",
-        "self_attn.k_proj.weight" => "attn_k",
-        "self_attn.v_proj.weight" => "attn_v",
-        "self_attn.o_proj.weight" => "attn_output",
-        "self_attn.q_norm.weight" => "attn_q_norm",
-        "self_attn.k_norm.weight" => "attn_k_norm",
-        "post_attention_layernorm.weight" => "ffn_norm",
-        "mlp.gate_proj.weight" => "ffn_gate",
-        "mlp.up_proj.weight" => "ffn_up",
-        "mlp.down_proj.weight" => "ffn_down",
+    let t = match module {
+        "input_layernorm.weight" => L::AttnNorm,
+        "self_attn.q_proj.weight" => L::Q,
+        "self_attn.k_proj.weight" => L::K,
+        "self_attn.v_proj.weight" => L::V,
+        "self_attn.o_proj.weight" => L::O,
+        "self_attn.q_norm.weight" => L::QNorm,
+        "self_attn.k_norm.weight" => L::KNorm,
+        "post_attention_layernorm.weight" => L::FfnNorm,
+        "mlp.gate_proj.weight" => L::Gate,
+        "mlp.up_proj.weight" => L::Up,
+        "mlp.down_proj.weight" => L::Down,
         _ => return None,
     };
-    Some(format!("blk.{layer}.{module}.weight"))
+    Some(t.name(layer))
 }
 
 fn ggml_type(d: Dtype, name: &str) -> Result<GgmlType> {

@@ -255,7 +255,7 @@ fn plan_bits(
             Proj::ALL.into_iter().map(move |p| {
                 let (rows, cols) = p.shape(c);
                 Entry {
-                    name: format!("blk.{l}.{}.weight", p.gguf_name()),
+                    name: crate::model::arch::LayerTensor::of(p).name(l),
                     rows,
                     cols,
                     bits: if opts.bits == Bits::Two { 2 } else { 4 },

@@ -8,6 +8,7 @@ use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::stacked::Stacked;
 use crate::kernels::{attention, Kernels};
+use crate::model::arch::{GlobalTensor, LayerTensor};
 use crate::model::weights::{decodable, roles, Role, TensorSpec};
 use crate::model::Config;
 use crate::quant::{self, gpu_layout};
@@ -29,6 +30,8 @@ pub struct GpuLayer {
     pub qk_norm: Option<wgpu::Buffer>,
     /// Gemma's norms of the attention and MLP outputs (before the residual adds).
     pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// The Q, K and V biases side by side, as a qkv row (Qwen2).
+    pub qkv_bias: Option<wgpu::Buffer>,
 }
 
 /// Device, kernels and weights: what every session of one model shares.
@@ -244,52 +247,60 @@ impl GpuModel {
             Uploaded::Vector(b, v) => Ok((b, v)),
             Uploaded::Matrix(_) => Err(Error::gguf("a vector was uploaded as a matrix")),
         };
-        let embed = matrix(take("token_embd.weight")?)?;
-        let output_norm = vector(take("output_norm.weight")?)?.0;
+        let embed = matrix(take(GlobalTensor::Embedding.name())?)?;
+        let output_norm = vector(take(GlobalTensor::OutputNorm.name())?)?.0;
         let head = if config.tied_embeddings {
             None
         } else {
-            Some(matrix(take("output.weight")?)?)
+            Some(matrix(take(GlobalTensor::Output.name())?)?)
         };
         let rope_factors = if config.rope_freq_factors {
-            Some(vector(take("rope_freqs.weight")?)?.1)
+            Some(vector(take(GlobalTensor::RopeFreqs.name())?)?.1)
         } else {
             None
         };
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
-            let mut m = |s: &str| matrix(take(&format!("blk.{i}.{s}.weight"))?);
+            use LayerTensor as T;
+            let mut m = |t: T| matrix(take(&t.name(i))?);
             let (wq, wk, wv, wo, gate, up, down) = (
-                m("attn_q")?,
-                m("attn_k")?,
-                m("attn_v")?,
-                m("attn_output")?,
-                m("ffn_gate")?,
-                m("ffn_up")?,
-                m("ffn_down")?,
+                m(T::Q)?,
+                m(T::K)?,
+                m(T::V)?,
+                m(T::O)?,
+                m(T::Gate)?,
+                m(T::Up)?,
+                m(T::Down)?,
             );
-            let mut vec = |s: &str| vector(take(&format!("blk.{i}.{s}.weight"))?);
+            let mut vec = |t: T| vector(take(&t.name(i))?);
             let qk_norm = if config.qk_norm {
-                let (q, k) = (vec("attn_q_norm")?.1, vec("attn_k_norm")?.1);
+                let (q, k) = (vec(T::QNorm)?.1, vec(T::KNorm)?.1);
                 Some(gpu.upload_f32("QK-norm", &[q, k].concat())?)
             } else {
                 None
             };
-            let mut v = |s: &str| Ok::<_, Error>(vec(s)?.0);
+            let qkv_bias = if config.qkv_bias {
+                let (q, k, v) = (vec(T::QBias)?.1, vec(T::KBias)?.1, vec(T::VBias)?.1);
+                Some(gpu.upload_f32("QKV bias", &[q, k, v].concat())?)
+            } else {
+                None
+            };
+            let mut v = |t: T| Ok::<_, Error>(vec(t)?.0);
             let post_norms = if config.post_norms {
-                Some((v("post_attention_norm")?, v("post_ffw_norm")?))
+                Some((v(T::PostAttnNorm)?, v(T::PostFfnNorm)?))
             } else {
                 None
             };
             layers.push(GpuLayer {
-                attn_norm: v("attn_norm")?,
+                attn_norm: v(T::AttnNorm)?,
                 qkv: Stacked::stack(&gpu, &format!("blk.{i}.qkv"), vec![wq, wk, wv])?,
                 wo,
-                ffn_norm: v("ffn_norm")?,
+                ffn_norm: v(T::FfnNorm)?,
                 gate_up: Stacked::stack(&gpu, &format!("blk.{i}.gate_up"), vec![gate, up])?,
                 down,
                 qk_norm,
                 post_norms,
+                qkv_bias,
             });
         }
         let weight_bytes = layers

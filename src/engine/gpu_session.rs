@@ -461,6 +461,7 @@ impl GpuSession {
                     y_stride: c.vocab_size,
                     y_offset: 0,
                     accumulate: false,
+                    scale: c.logit_scale,
                 };
                 matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
             }

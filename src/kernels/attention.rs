@@ -9,7 +9,7 @@
 use super::{Groups, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::{Config, RopeStyle};
+use crate::model::Config;
 use crate::quant::kv::KvFormat;
 
 /// Positions per flash-decoding split (the kernel's CHUNK).
@@ -244,16 +244,13 @@ pub fn decode_fused(
     qkv: &wgpu::Buffer,
     cache: &LayerCache,
     table: &wgpu::Buffer,
+    rotate: bool,
     qk_norm: Option<&wgpu::Buffer>,
     out: &wgpu::Buffer,
 ) -> Result<()> {
     let mut consts = cache_constants(c, format, cache).to_vec();
+    consts.extend(super::elementwise::rope_constants(c, rotate));
     consts.extend([
-        ("HALF", (c.rope_dim / 2) as f64),
-        (
-            "STYLE",
-            (c.rope_style == RopeStyle::HalfSplit) as u32 as f64,
-        ),
         ("QK_NORM", qk_norm.is_some() as u32 as f64),
         ("EPS", c.rms_eps as f64),
     ]);

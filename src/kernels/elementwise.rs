@@ -1,6 +1,6 @@
-//! RMSNorm (`rmsnorm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`) and
-//! the gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU). CPU references:
-//! `model::reference::{rmsnorm, rope, glu}`.
+//! RMSNorm (`rmsnorm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`), the
+//! gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU) and biases (`bias_add.wgsl`).
+//! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 
 use super::{grid, Kernels, Shader};
 use crate::error::Result;
@@ -63,7 +63,8 @@ pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
 }
 
 /// Rotates (after QK-norm, when the model has it) the query and key heads of the
-/// fused qkv rows in place. `qk_norm` holds q's head_dim weights, then k's.
+/// fused qkv rows in place; a layer without RoPE (`rotate` false) only norms them.
+/// `qk_norm` holds q's head_dim weights, then k's.
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
     k: &Kernels,
@@ -71,25 +72,20 @@ pub fn rope(
     step: &wgpu::Buffer,
     c: &Config,
     table: &wgpu::Buffer,
+    rotate: bool,
     qkv: &wgpu::Buffer,
     qk_norm: Option<&wgpu::Buffer>,
     n_tokens: usize,
 ) -> Result<()> {
-    let pipe = k.pipe(
-        Shader::Rope,
-        &[
-            ("HD", c.head_dim as f64),
-            ("NH", c.n_heads as f64),
-            ("QKV_STRIDE", (c.q_dim() + 2 * c.kv_dim()) as f64),
-            ("HALF", (c.rope_dim / 2) as f64),
-            (
-                "STYLE",
-                (c.rope_style == RopeStyle::HalfSplit) as u32 as f64,
-            ),
-            ("QK_NORM", qk_norm.is_some() as u32 as f64),
-            ("EPS", c.rms_eps as f64),
-        ],
-    )?;
+    let mut consts = vec![
+        ("HD", c.head_dim as f64),
+        ("NH", c.n_heads as f64),
+        ("QKV_STRIDE", (c.q_dim() + 2 * c.kv_dim()) as f64),
+        ("QK_NORM", qk_norm.is_some() as u32 as f64),
+        ("EPS", c.rms_eps as f64),
+    ];
+    consts.extend(rope_constants(c, rotate));
+    let pipe = k.pipe(Shader::Rope, &consts)?;
     k.dispatch(
         pass,
         &pipe,
@@ -97,6 +93,37 @@ pub fn rope(
         [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1],
     );
     Ok(())
+}
+
+/// y[t·stride + i] += bias[i] for i < `bias`'s `width` floats, for each of the step's
+/// tokens (`n_tokens` sizes the dispatch). CPU reference: `reference::add_rows`.
+#[allow(clippy::too_many_arguments)]
+pub fn bias_add(
+    k: &Kernels,
+    pass: &mut wgpu::ComputePass,
+    step: &wgpu::Buffer,
+    bias: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    width: usize,
+    stride: usize,
+    n_tokens: usize,
+) -> Result<()> {
+    let consts = [("WIDTH", width as f64), ("STRIDE", stride as f64)];
+    let pipe = k.pipe(Shader::BiasAdd, &consts)?;
+    let groups = ((n_tokens * width) as u32).div_ceil(256);
+    k.dispatch(pass, &pipe, &[step, bias, y], grid(groups));
+    Ok(())
+}
+
+/// The `HALF` (rotated pairs), `STYLE` and `ROTATE` constants of the kernels that
+/// rotate: `rotate` false for a layer without RoPE.
+pub fn rope_constants(c: &Config, rotate: bool) -> [(&'static str, f64); 3] {
+    let style = (c.rope_style == RopeStyle::HalfSplit) as u32;
+    [
+        ("HALF", (c.rope_dim / 2) as f64),
+        ("STYLE", style as f64),
+        ("ROTATE", rotate as u32 as f64),
+    ]
 }
 
 /// a = act(gate) · up from [gate | up] rows.

@@ -350,6 +350,8 @@ pub struct Io<'a> {
     pub y_stride: usize,
     pub y_offset: usize,
     pub accumulate: bool,
+    /// The product is multiplied by this before it is written or added (1: as is).
+    pub scale: f32,
 }
 
 /// One token: y = W·x (token 0 of x). The subgroup kernel when the tuning says so,
@@ -378,6 +380,7 @@ pub fn gemv(
                 ("K", m.cols as f64),
                 ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
+                ("SCALE", io.scale as f64),
                 (name, per_row as f64),
             ],
         )?;
@@ -444,6 +447,7 @@ pub fn norm_gemv(
                 ("K", m.cols as f64),
                 ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
+                ("SCALE", io.scale as f64),
                 ("TPR", tpr as f64),
                 ("EPS", norm.eps as f64),
                 ("GLU", glu),
@@ -504,7 +508,7 @@ pub fn naive(
 }
 
 /// The override constants both GEMM kernels take (the same for every part of `m`).
-fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 7] {
+fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 8] {
     [
         ("FORMAT", m.format as u32 as f64),
         ("LUT_ROWS", m.lut_rows.max(1) as f64),
@@ -513,6 +517,7 @@ fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 7] {
         ("Y_STRIDE", io.y_stride as f64),
         ("Y_OFFSET", io.y_offset as f64),
         ("ACCUMULATE", io.accumulate as u32 as f64),
+        ("SCALE", io.scale as f64),
     ]
 }
 

@@ -32,6 +32,7 @@ pub enum Shader {
     AttentionReduce,
     AttentionPrefill,
     Glu,
+    BiasAdd,
     TopK,
     Penalty,
     Choose,
@@ -74,6 +75,7 @@ impl Shader {
             Shader::AttentionReduce => shader!("attention_reduce.wgsl"),
             Shader::AttentionPrefill => shader!("attention_prefill.wgsl"),
             Shader::Glu => shader!("glu.wgsl"),
+            Shader::BiasAdd => shader!("bias_add.wgsl"),
             Shader::TopK => shader!("topk.wgsl"),
             Shader::Penalty => shader!("penalty.wgsl"),
             Shader::Choose => shader!("choose.wgsl"),
@@ -99,7 +101,7 @@ impl Shader {
             // includes it (one declaration; the readers never write).
             Shader::KvWrite => &[U, W, W, W, W, R],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
-            Shader::AttentionReduce | Shader::Glu => &[U, R, W],
+            Shader::AttentionReduce | Shader::Glu | Shader::BiasAdd => &[U, R, W],
             Shader::TopK => &[U, R, R, W, R],
             // step, the penalized ids, the logits, the step's input token.
             Shader::Penalty => &[U, R, W, R],

@@ -1,22 +1,11 @@
-//! The model's shape, read from GGUF metadata (`<arch>.*` keys) and checked against
-//! the tensors that are really there. `validate` is the boundary: every size the
+//! The model's shape and block, read from GGUF metadata by its family (`arch`) and
+//! checked against the tensors that are really there. `validate` is the boundary: every size the
 //! loaders and kernels compute from a `Config` is checked here first, with checked
 //! arithmetic, so a crafted file gets an error instead of a panic or a wrapped size.
 
+use super::arch::Arch;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// Llama, SmolLM2, Llama 3.x, Mistral-style checkpoints.
-    Llama,
-    /// Qwen3: per-head RMSNorm on queries and keys, half-split RoPE.
-    Qwen3,
-    /// Gemma 3: scaled embeddings, QK-norm, sandwich norms, GeGLU, sliding-window
-    /// attention on five of every six layers.
-    Gemma3,
-}
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -75,6 +64,13 @@ pub struct Config {
     pub swa_pattern: usize,
     /// RoPE base of the sliding-window layers.
     pub rope_theta_local: f32,
+    /// Biases on the query, key and value projections (Qwen2; any llama-style file
+    /// that has `blk.N.attn_{q,k,v}.bias`, as llama.cpp reads them).
+    pub qkv_bias: bool,
+    /// Each block's output is multiplied by this before its residual add (Granite).
+    pub residual_scale: f32,
+    /// The logits are multiplied by this (Granite: 1 / its `logit_scale`).
+    pub logit_scale: f32,
 }
 
 impl Default for Config {
@@ -105,149 +101,21 @@ impl Default for Config {
             sliding_window: 0,
             swa_pattern: 0,
             rope_theta_local: 10_000.0,
+            qkv_bias: false,
+            residual_scale: 1.0,
+            logit_scale: 1.0,
         }
     }
 }
 
 /// Largest count or width a file may declare: far above any real model, far below
 /// what would overflow the sizes computed from it.
-const MAX_DIM: u64 = 1 << 24;
+pub(crate) const MAX_DIM: u64 = 1 << 24;
 
 impl Config {
+    /// The config of a file, read by its family (`arch`), validated.
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
-        let md = &g.metadata;
-        let name = md
-            .str("general.architecture")
-            .ok_or_else(|| Error::gguf("general.architecture is missing"))?;
-        let arch = match name {
-            "llama" => Arch::Llama,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" => Arch::Gemma3,
-            other => {
-                return Err(Error::unsupported(format!(
-                    "architecture {other:?} (supported: llama, qwen3, gemma3)"
-                )))
-            }
-        };
-        let key = |k: &str| format!("{name}.{k}");
-        let int = |k: &str| -> Result<usize> {
-            let v = md
-                .u64(&key(k))
-                .ok_or_else(|| Error::gguf(format!("{} is missing or not an integer", key(k))))?;
-            usize::try_from(v)
-                .ok()
-                .filter(|&v| v > 0 && (v as u64) < MAX_DIM)
-                .ok_or_else(|| Error::gguf(format!("{} = {v} is out of range", key(k))))
-        };
-        let opt_int = |k: &str| md.get(&key(k)).map(|_| int(k)).transpose();
-        let float = |k: &str, default: f64| -> Result<f32> {
-            match md.get(&key(k)) {
-                None => Ok(default as f32),
-                Some(v) => v
-                    .as_f64()
-                    .map(|f| f as f32)
-                    .filter(|f| f.is_finite() && *f > 0.0)
-                    .ok_or_else(|| {
-                        Error::gguf(format!(
-                            "{} = {} is not a positive number",
-                            key(k),
-                            v.summary()
-                        ))
-                    }),
-            }
-        };
-        let n_heads = int("attention.head_count")?;
-        let hidden = int("embedding_length")?;
-        let head_dim = match opt_int("attention.key_length")? {
-            Some(d) => d,
-            None => hidden / n_heads,
-        };
-        if let Some(v) = opt_int("attention.value_length")? {
-            if v != head_dim {
-                return Err(Error::unsupported(format!(
-                    "value heads of {v} dimensions with key heads of {head_dim}"
-                )));
-            }
-        }
-        let embd = g
-            .tensor("token_embd.weight")
-            .ok_or_else(|| Error::gguf("tensor token_embd.weight is missing"))?;
-        let vocab_size = match embd.dims.as_slice() {
-            [_, v] => usize::try_from(*v)
-                .ok()
-                .filter(|&v| (v as u64) < MAX_DIM)
-                .ok_or_else(|| {
-                    Error::gguf(format!("a vocabulary of {v} tokens is out of range"))
-                })?,
-            _ => 0,
-        };
-        let gemma = arch == Arch::Gemma3;
-        let scaling = md.str(&key("rope.scaling.type")).unwrap_or("none");
-        let rope_scale = match scaling {
-            "none" => 1.0,
-            "linear" => float("rope.scaling.factor", 1.0)?,
-            other => {
-                return Err(Error::unsupported(format!(
-                "RoPE scaling {other:?} in {} (supported: none, linear, and Llama 3's rope_freqs)",
-                key("rope.scaling.type")
-            )))
-            }
-        };
-        let cfg = Config {
-            arch,
-            n_layers: int("block_count")?,
-            n_heads,
-            n_kv_heads: opt_int("attention.head_count_kv")?.unwrap_or(n_heads),
-            head_dim,
-            hidden,
-            ffn_dim: int("feed_forward_length")?,
-            vocab_size,
-            rms_eps: float("attention.layer_norm_rms_epsilon", 1e-5)?,
-            rope_theta: float("rope.freq_base", 10_000.0)?,
-            rope_dim: opt_int("rope.dimension_count")?.unwrap_or(head_dim),
-            rope_style: match arch {
-                Arch::Llama => RopeStyle::Adjacent,
-                Arch::Qwen3 | Arch::Gemma3 => RopeStyle::HalfSplit,
-            },
-            rope_freq_factors: g.tensor("rope_freqs.weight").is_some(),
-            rope_scale,
-            context_length: int("context_length")?,
-            tied_embeddings: g.tensor("output.weight").is_none(),
-            qk_norm: g.tensor("blk.0.attn_q_norm.weight").is_some(),
-            // Gemma 3: queries are scaled by query_pre_attn_scalar^-½, which its
-            // checkpoints set to the head dimension (llama.cpp does the same).
-            attn_scale: match md.get(&key("attention.query_pre_attn_scalar")) {
-                Some(_) => float("attention.query_pre_attn_scalar", 1.0)?.powf(-0.5),
-                None => (head_dim as f32).powf(-0.5),
-            },
-            embed_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
-            activation: if gemma {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
-            },
-            post_norms: g.tensor("blk.0.post_attention_norm.weight").is_some(),
-            // Only Gemma's graph has sliding layers (llama.cpp ignores the key elsewhere).
-            sliding_window: if gemma {
-                opt_int("attention.sliding_window")?.unwrap_or(0)
-            } else {
-                0
-            },
-            // llama.cpp's Gemma 3 pattern: layers 5, 11, 17… are global.
-            swa_pattern: match opt_int("attention.sliding_window_pattern")? {
-                Some(p) => p,
-                None if gemma => 6,
-                None => 0,
-            },
-            rope_theta_local: float("rope.freq_base_swa", 10_000.0)?,
-        };
-        if gemma && !(cfg.qk_norm && cfg.post_norms) {
-            return Err(Error::gguf(
-                "a gemma3 model needs attn_q_norm/attn_k_norm and post_attention_norm/post_ffw_norm tensors",
-            ));
-        }
-        cfg.validate()?;
-        Ok(cfg)
+        super::arch::config_of(g)
     }
 
     /// Checks every size the model's tensors, buffers and kernels derive from this
@@ -290,9 +158,16 @@ impl Config {
             self.rope_scale,
             self.attn_scale,
             self.embed_scale,
+            self.residual_scale,
+            self.logit_scale,
         ];
         if !positive.iter().all(|v| v.is_finite() && *v > 0.0) {
             return bad("RMSNorm epsilon, RoPE bases and scales must be positive numbers".into());
+        }
+        if self.post_norms && self.residual_scale != 1.0 {
+            return Err(Error::unsupported(
+                "a residual scale with norms after each block",
+            ));
         }
         // Matrix rows are read in blocks of 32 by every weight kernel.
         for (what, width) in [
@@ -336,6 +211,11 @@ impl Config {
     /// Query heads that share one KV head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+
+    /// How layer `l` runs, as its family says: what the forwards execute.
+    pub fn block(&self, l: usize) -> super::arch::Block {
+        self.arch.family().block(self, l)
     }
 
     /// Whether layer `l` attends through a sliding window.

@@ -1,12 +1,14 @@
-//! The model: its configuration, the tensors it needs, and the CPU reference forward.
+//! The model: its families (`arch`), its configuration, the tensors it needs, and the CPU reference forward.
 
+pub mod arch;
 mod config;
 pub mod linear;
 mod proj;
 pub mod reference;
 pub mod weights;
 
-pub use config::{Activation, Arch, Config, RopeStyle};
+pub use arch::Arch;
+pub use config::{Activation, Config, RopeStyle};
 pub use linear::Linear;
 pub use proj::{PerProj, Proj};
 pub use reference::{KvCache, Reference};

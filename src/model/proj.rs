@@ -46,15 +46,7 @@ impl Proj {
 
     /// llama.cpp's tensor name within a block (`blk.N.<name>.weight`).
     pub fn gguf_name(self) -> &'static str {
-        [
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_gate",
-            "ffn_up",
-            "ffn_down",
-        ][self.index()]
+        super::arch::LayerTensor::of(self).gguf()
     }
 
     /// Whether it is one of the attention block's (PEFT's `self_attn`).

@@ -1,6 +1,7 @@
 //! The whole forward pass in plain f32 Rust on the CPU: the ground truth for every GPU
 //! kernel and for the engine. Clear over clever; matmuls run on all cores.
 
+use super::arch::Block;
 use super::config::{Activation, Config, RopeStyle};
 use super::linear::Linear;
 use super::weights::{Layer, Weights};
@@ -221,7 +222,11 @@ impl<M: Linear> Reference<M> {
         let c = &self.config;
         let last = if all { x } else { &x[x.len() - c.hidden..] };
         let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
-        self.weights.head_matrix().apply(&h, c.hidden)
+        let mut logits = self.weights.head_matrix().apply(&h, c.hidden);
+        if c.logit_scale != 1.0 {
+            logits.iter_mut().for_each(|v| *v *= c.logit_scale);
+        }
+        logits
     }
 
     fn attention_block(
@@ -233,63 +238,70 @@ impl<M: Linear> Reference<M> {
         observe: Observer,
     ) {
         let c = &self.config;
-        let l = at.l;
+        let (l, block) = (at.l, c.block(at.l));
         let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
         observe(l, Site::Attention, &h);
         let mut q = at.apply(Proj::Q, &w.wq, &h, c.hidden);
         let mut k = at.apply(Proj::K, &w.wk, &h, c.hidden);
-        let v = at.apply(Proj::V, &w.wv, &h, c.hidden);
+        let mut v = at.apply(Proj::V, &w.wv, &h, c.hidden);
+        if let Some([bq, bk, bv]) = &w.qkv_bias {
+            add_rows(&mut q, bq);
+            add_rows(&mut k, bk);
+            add_rows(&mut v, bv);
+        }
         if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
             q = rmsnorm(&q, qn, c.rms_eps);
             k = rmsnorm(&k, kn, c.rms_eps);
         }
-        let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
-        rope(
-            &mut q,
-            c.q_dim(),
-            c.head_dim,
-            c.rope_style,
-            &freqs,
-            cache.positions(),
-        );
-        rope(
-            &mut k,
-            c.kv_dim(),
-            c.head_dim,
-            c.rope_style,
-            &freqs,
-            cache.positions(),
-        );
+        if block.rope.is_some() {
+            let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
+            let pos0 = cache.positions();
+            rope(&mut q, c.q_dim(), c.head_dim, c.rope_style, &freqs, pos0);
+            rope(&mut k, c.kv_dim(), c.head_dim, c.rope_style, &freqs, pos0);
+        }
         cache.append(l, &k, &v);
         let shape = AttnShape {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             scale: c.attn_scale,
-            window: c.window(l),
+            window: block.window,
         };
         let o = cache.attend(l, &q, shape);
         observe(l, Site::AttentionOutput, &o);
-        let mut out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
-        if let Some(pn) = &w.post_attn_norm {
-            out = rmsnorm(&out, pn, c.rms_eps);
-        }
-        add_in_place(x, &out);
+        let out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
+        residual(x, out, w.post_attn_norm.as_deref(), &block, c.rms_eps);
     }
 
     fn ffn_block(&self, w: &Layer<M>, x: &mut [f32], at: Matmuls, observe: Observer) {
         let c = &self.config;
+        let block = c.block(at.l);
         let h = rmsnorm(x, &w.ffn_norm, c.rms_eps);
         observe(at.l, Site::Ffn, &h);
         let gate = at.apply(Proj::Gate, &w.w_gate, &h, c.hidden);
         let up = at.apply(Proj::Up, &w.w_up, &h, c.hidden);
-        let mid = glu(c.activation, &gate, &up);
+        let mid = glu(block.activation, &gate, &up);
         observe(at.l, Site::FfnDown, &mid);
-        let mut out = at.apply(Proj::Down, &w.w_down, &mid, c.ffn_dim);
-        if let Some(pn) = &w.post_ffn_norm {
-            out = rmsnorm(&out, pn, c.rms_eps);
-        }
-        add_in_place(x, &out);
+        let out = at.apply(Proj::Down, &w.w_down, &mid, c.ffn_dim);
+        residual(x, out, w.post_ffn_norm.as_deref(), &block, c.rms_eps);
+    }
+}
+
+/// A block's output into the residual stream: normed (`post`), scaled, added to x.
+fn residual(x: &mut [f32], mut out: Vec<f32>, post: Option<&[f32]>, b: &Block, eps: f32) {
+    if let Some(pn) = post {
+        out = rmsnorm(&out, pn, eps);
+    }
+    if b.residual_scale != 1.0 {
+        out.iter_mut().for_each(|v| *v *= b.residual_scale);
+    }
+    add_in_place(x, &out);
+}
+
+/// Adds `bias` to every row of `x`.
+pub fn add_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add_in_place(row, bias);
     }
 }
 

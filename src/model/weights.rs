@@ -1,6 +1,7 @@
 //! Which tensors a model needs, with their expected shapes, and loading them
 //! dequantized to f32 for the CPU reference. The GPU loader uses the same list.
 
+use super::arch::{GlobalTensor, LayerTensor};
 use super::config::Config;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
@@ -20,62 +21,44 @@ pub struct TensorSpec {
     pub matrix: bool,
 }
 
-fn spec(name: String, rows: usize, cols: usize) -> TensorSpec {
-    TensorSpec {
-        name,
-        rows,
-        cols,
-        matrix: true,
+impl TensorSpec {
+    pub fn matrix(name: String, rows: usize, cols: usize) -> TensorSpec {
+        TensorSpec {
+            name,
+            rows,
+            cols,
+            matrix: true,
+        }
+    }
+
+    pub fn vector(name: String, len: usize) -> TensorSpec {
+        TensorSpec {
+            name,
+            rows: 1,
+            cols: len,
+            matrix: false,
+        }
     }
 }
 
-fn vector(name: String, len: usize) -> TensorSpec {
-    TensorSpec {
-        name,
-        rows: 1,
-        cols: len,
-        matrix: false,
-    }
-}
-
-/// Per-layer tensor names, in GGUF's (llama.cpp's) naming.
+/// Layer `i`'s tensors, as its family has them.
 pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
-    let p = |s: &str| format!("blk.{i}.{s}.weight");
-    let mut v = vec![
-        vector(p("attn_norm"), c.hidden),
-        spec(p("attn_q"), c.q_dim(), c.hidden),
-        spec(p("attn_k"), c.kv_dim(), c.hidden),
-        spec(p("attn_v"), c.kv_dim(), c.hidden),
-        spec(p("attn_output"), c.hidden, c.q_dim()),
-        vector(p("ffn_norm"), c.hidden),
-        spec(p("ffn_gate"), c.ffn_dim, c.hidden),
-        spec(p("ffn_up"), c.ffn_dim, c.hidden),
-        spec(p("ffn_down"), c.hidden, c.ffn_dim),
-    ];
-    if c.qk_norm {
-        v.push(vector(p("attn_q_norm"), c.head_dim));
-        v.push(vector(p("attn_k_norm"), c.head_dim));
-    }
-    if c.post_norms {
-        v.push(vector(p("post_attention_norm"), c.hidden));
-        v.push(vector(p("post_ffw_norm"), c.hidden));
-    }
-    v
+    c.arch
+        .family()
+        .layer_tensors(c, i)
+        .into_iter()
+        .map(|t| t.spec(c, i))
+        .collect()
 }
 
 /// Tensors outside the layers.
 pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
-    let mut v = vec![
-        spec("token_embd.weight".into(), c.vocab_size, c.hidden),
-        vector("output_norm.weight".into(), c.hidden),
-    ];
-    if !c.tied_embeddings {
-        v.push(spec("output.weight".into(), c.vocab_size, c.hidden));
-    }
-    if c.rope_freq_factors {
-        v.push(vector("rope_freqs.weight".into(), c.rope_dim / 2));
-    }
-    v
+    c.arch
+        .family()
+        .global_tensors(c)
+        .into_iter()
+        .map(|t| t.spec(c))
+        .collect()
 }
 
 /// The metadata key of a palettized file's rows per table (see `crate::convert`).
@@ -212,6 +195,8 @@ pub struct Layer<M = Vec<f32>> {
     /// Gemma's norms of the attention and MLP outputs, before each residual add.
     pub post_attn_norm: Option<Vec<f32>>,
     pub post_ffn_norm: Option<Vec<f32>>,
+    /// The biases of Q, K and V (Qwen2), when the file has them.
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
 }
 
 /// All weights, row-major `[rows][cols]`: matrices of type `M` (f32 in the reference),
@@ -264,43 +249,38 @@ impl<M> Weights<M> {
         c: &Config,
         mut read: impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
     ) -> Result<Weights<M>> {
-        // global_specs order: embedding, final norm, [output], [rope_freqs].
-        let mut g = Taker::new(global_specs(c), &mut read)?;
-        let token_embd = g.matrix()?;
-        let output_norm = g.vector()?;
-        let output = (!c.tied_embeddings).then(|| g.matrix()).transpose()?;
-        let rope_freqs = c.rope_freq_factors.then(|| g.vector()).transpose()?;
+        let family = c.arch.family();
+        let mut g = Taken::new(
+            family.global_tensors(c).into_iter().map(|t| (t, t.spec(c))),
+            &mut read,
+        )?;
+        let token_embd = g.matrix(GlobalTensor::Embedding)?;
+        let output_norm = g.vector(GlobalTensor::OutputNorm)?;
+        let output = g.optional_matrix(GlobalTensor::Output)?;
+        let rope_freqs = g.optional_vector(GlobalTensor::RopeFreqs)?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
-            // layer_specs order: the nine tensors of Layer, then the optional QK norms,
-            // then the optional post norms.
-            let mut t = Taker::new(layer_specs(c, i), &mut read)?;
-            let attn_norm = t.vector()?;
-            let (wq, wk, wv, wo) = (t.matrix()?, t.matrix()?, t.matrix()?, t.matrix()?);
-            let ffn_norm = t.vector()?;
-            let (w_gate, w_up, w_down) = (t.matrix()?, t.matrix()?, t.matrix()?);
-            let qk = c
-                .qk_norm
-                .then(|| Ok::<_, Error>((t.vector()?, t.vector()?)));
-            let (q_norm, k_norm) = qk.transpose()?.unzip();
-            let post = c
-                .post_norms
-                .then(|| Ok::<_, Error>((t.vector()?, t.vector()?)));
-            let (post_attn_norm, post_ffn_norm) = post.transpose()?.unzip();
+            use LayerTensor::*;
+            let specs = family.layer_tensors(c, i).into_iter();
+            let mut t = Taken::new(specs.map(|t| (t, t.spec(c, i))), &mut read)?;
             layers.push(Layer {
-                attn_norm,
-                wq,
-                wk,
-                wv,
-                wo,
-                ffn_norm,
-                w_gate,
-                w_up,
-                w_down,
-                q_norm,
-                k_norm,
-                post_attn_norm,
-                post_ffn_norm,
+                attn_norm: t.vector(AttnNorm)?,
+                wq: t.matrix(Q)?,
+                wk: t.matrix(K)?,
+                wv: t.matrix(V)?,
+                wo: t.matrix(O)?,
+                ffn_norm: t.vector(FfnNorm)?,
+                w_gate: t.matrix(Gate)?,
+                w_up: t.matrix(Up)?,
+                w_down: t.matrix(Down)?,
+                q_norm: t.optional_vector(QNorm)?,
+                k_norm: t.optional_vector(KNorm)?,
+                post_attn_norm: t.optional_vector(PostAttnNorm)?,
+                post_ffn_norm: t.optional_vector(PostFfnNorm)?,
+                qkv_bias: match t.optional_vector(QBias)? {
+                    Some(q) => Some([q, t.vector(KBias)?, t.vector(VBias)?]),
+                    None => None,
+                },
             });
         }
         Ok(Weights {
@@ -318,43 +298,49 @@ impl<M> Weights<M> {
     }
 }
 
-/// Tensors read in the order of their specs, each checked to be what its spec says.
-struct Taker<M> {
-    tensors: std::vec::IntoIter<(Tensor<M>, TensorSpec)>,
+/// A layer's (or the globals') tensors as read, by what each is to the model: each
+/// taken where the model uses it, checked to be the matrix or vector its spec says.
+struct Taken<K, M> {
+    tensors: HashMap<K, (Tensor<M>, TensorSpec)>,
 }
 
-impl<M> Taker<M> {
+impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug, M> Taken<K, M> {
     fn new(
-        specs: Vec<TensorSpec>,
+        specs: impl Iterator<Item = (K, TensorSpec)>,
         read: &mut impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
     ) -> Result<Self> {
         let tensors = specs
-            .into_iter()
-            .map(|s| Ok((read(&s)?, s)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Taker {
-            tensors: tensors.into_iter(),
-        })
+            .map(|(k, s)| Ok((k, (read(&s)?, s))))
+            .collect::<Result<HashMap<_, _>>>()?;
+        Ok(Taken { tensors })
     }
 
-    fn next(&mut self) -> Result<(Tensor<M>, TensorSpec)> {
-        self.tensors
-            .next()
-            .ok_or_else(|| Error::gguf("the model's tensor list is short"))
-    }
-
-    fn matrix(&mut self) -> Result<M> {
-        match self.next()? {
-            (Tensor::Matrix(m), _) => Ok(m),
-            (_, s) => Err(Error::gguf(format!("{} was read as a vector", s.name))),
+    fn optional_matrix(&mut self, k: K) -> Result<Option<M>> {
+        match self.tensors.remove(&k) {
+            None => Ok(None),
+            Some((Tensor::Matrix(m), _)) => Ok(Some(m)),
+            Some((_, s)) => Err(Error::gguf(format!("{} was read as a vector", s.name))),
         }
     }
 
-    fn vector(&mut self) -> Result<Vec<f32>> {
-        match self.next()? {
-            (Tensor::Vector(v), _) => Ok(v),
-            (_, s) => Err(Error::gguf(format!("{} was read as a matrix", s.name))),
+    fn optional_vector(&mut self, k: K) -> Result<Option<Vec<f32>>> {
+        match self.tensors.remove(&k) {
+            None => Ok(None),
+            Some((Tensor::Vector(v), _)) => Ok(Some(v)),
+            Some((_, s)) => Err(Error::gguf(format!("{} was read as a matrix", s.name))),
         }
+    }
+
+    fn matrix(&mut self, k: K) -> Result<M> {
+        self.optional_matrix(k)?.ok_or_else(|| Self::absent(k))
+    }
+
+    fn vector(&mut self, k: K) -> Result<Vec<f32>> {
+        self.optional_vector(k)?.ok_or_else(|| Self::absent(k))
+    }
+
+    fn absent(k: K) -> Error {
+        Error::gguf(format!("the model's family has no {k:?} tensor"))
     }
 }
 

@@ -4,6 +4,7 @@
 //! tests (wasm32, where sizes must not wrap).
 
 use crate::gguf::{Value, Writer};
+use crate::model::{Arch, Config};
 use crate::quant::{encode, GgmlType};
 use crate::rng::Rng;
 use std::path::{Path, PathBuf};
@@ -151,6 +152,26 @@ impl Spec {
         self
     }
 
+    /// The shapes the spec writes, as its family (llama's if unknown) reads them.
+    fn config(&self) -> Config {
+        let arch = Arch::from_name(self.arch).unwrap_or(Arch::Llama);
+        let gemma = arch == Arch::Gemma3;
+        Config {
+            arch,
+            n_layers: self.layers,
+            n_heads: self.heads,
+            n_kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            hidden: self.hidden,
+            ffn_dim: self.ffn,
+            vocab_size: self.vocab,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            post_norms: gemma,
+            qkv_bias: arch == Arch::Qwen2,
+            ..Config::default()
+        }
+    }
+
     /// The file's bytes.
     pub fn bytes(&self) -> Vec<u8> {
         let mut w = Writer::new();
@@ -178,6 +199,17 @@ impl Spec {
         }
         for (k, v) in ints {
             put(&mut w, &format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        if a == "granite" {
+            // Multipliers far from 1, so that a missed one shows.
+            for (k, v) in [
+                ("embedding_scale", 2.0),
+                ("residual_scale", 0.5),
+                ("attention.scale", 0.2),
+                ("logit_scale", 3.0),
+            ] {
+                put(&mut w, &format!("{a}.{k}"), Value::F32(v));
+            }
         }
         put(
             &mut w,
@@ -225,31 +257,21 @@ impl Spec {
             w.tensor(&name, &dims, ty, bytes)
                 .expect("a synthetic tensor's bytes match its type");
         };
-        let (h, q, kv) = (
-            self.hidden,
-            self.heads * self.head_dim,
-            self.kv_heads * self.head_dim,
-        );
+        let h = self.hidden;
         tensor(&mut w, "token_embd.weight".into(), &[h, self.vocab], false);
         tensor(&mut w, "output_norm.weight".into(), &[h], true);
-        let gemma = a == "gemma3";
+        // The layers as the family has them (an unknown family: llama's).
+        let c = self.config();
         for l in 0..self.layers {
-            let p = |s: &str| format!("blk.{l}.{s}.weight");
-            tensor(&mut w, p("attn_norm"), &[h], true);
-            tensor(&mut w, p("attn_q"), &[h, q], false);
-            tensor(&mut w, p("attn_k"), &[h, kv], false);
-            tensor(&mut w, p("attn_v"), &[h, kv], false);
-            tensor(&mut w, p("attn_output"), &[q, h], false);
-            if gemma {
-                tensor(&mut w, p("attn_q_norm"), &[self.head_dim], true);
-                tensor(&mut w, p("attn_k_norm"), &[self.head_dim], true);
-                tensor(&mut w, p("post_attention_norm"), &[h], true);
-                tensor(&mut w, p("post_ffw_norm"), &[h], true);
+            for t in c.arch.family().layer_tensors(&c, l) {
+                let s = t.spec(&c, l);
+                let dims = if s.matrix {
+                    vec![s.cols, s.rows]
+                } else {
+                    vec![s.cols]
+                };
+                tensor(&mut w, s.name, &dims, !s.matrix);
             }
-            tensor(&mut w, p("ffn_norm"), &[h], true);
-            tensor(&mut w, p("ffn_gate"), &[h, self.ffn], false);
-            tensor(&mut w, p("ffn_up"), &[h, self.ffn], false);
-            tensor(&mut w, p("ffn_down"), &[self.ffn, h], false);
         }
         w.to_bytes().expect("a synthetic model serializes")
     }

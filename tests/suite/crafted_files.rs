@@ -297,3 +297,47 @@ fn a_failing_header_check_stops_the_load() {
     .to_string();
     assert!(e.contains("tokenizer type \"bert\""), "{e}");
 }
+
+/// A family's own parts — Qwen2's biases, Granite's multipliers — missing, misshapen
+/// or impossible: an error naming the tensor or key.
+#[test]
+fn family_parts_missing_or_wrong_are_named() {
+    let qwen2 = || Spec {
+        arch: "qwen2",
+        ..Spec::llama()
+    };
+    let s = Spec {
+        drop: vec!["blk.1.attn_v.bias".into()],
+        ..qwen2()
+    };
+    refused(
+        "qwen2-no-v-bias",
+        &s.bytes(),
+        &["blk.1.attn_v.bias", "missing"],
+    );
+    let all: Vec<String> = (0..Spec::llama().layers)
+        .flat_map(|l| ["q", "k", "v"].map(|p| format!("blk.{l}.attn_{p}.bias")))
+        .collect();
+    let s = Spec {
+        drop: all,
+        ..qwen2()
+    };
+    refused(
+        "qwen2-no-biases",
+        &s.bytes(),
+        &["blk.0.attn_q.bias", "qwen2"],
+    );
+    let bytes = with_dim0(qwen2().bytes(), "blk.0.attn_k.bias", 7);
+    refused("qwen2-short-bias", &bytes, &["blk.0.attn_k.bias", "shape"]);
+    for (key, v) in [
+        ("granite.residual_scale", 0.0),
+        ("granite.logit_scale", f32::NAN),
+    ] {
+        let s = Spec {
+            arch: "granite",
+            extra: vec![(key.into(), Value::F32(v))],
+            ..Spec::llama()
+        };
+        refused(key, &s.bytes(), &[key, "positive"]);
+    }
+}

@@ -78,15 +78,18 @@ fn rmsnorm_rows_and_last_only() {
 }
 
 #[test]
-fn rope_both_styles_partial_dims_and_qk_norm() {
+fn rope_both_styles_partial_dims_qk_norm_and_none() {
     let c = ctx();
+    // (config, first position, QK-norm, rotated: false is a NoPE layer, SmolLM3's).
     let cases = [
-        (config(9, 3, 64, RopeStyle::Adjacent, 64), 0, false),
-        (config(4, 1, 32, RopeStyle::HalfSplit, 32), 1000, true),
-        (config(2, 2, 64, RopeStyle::HalfSplit, 32), 7, false),
-        (config(3, 1, 96, RopeStyle::Adjacent, 64), 4000, true),
+        (config(9, 3, 64, RopeStyle::Adjacent, 64), 0, false, true),
+        (config(4, 1, 32, RopeStyle::HalfSplit, 32), 1000, true, true),
+        (config(2, 2, 64, RopeStyle::HalfSplit, 32), 7, false, true),
+        (config(3, 1, 96, RopeStyle::Adjacent, 64), 4000, true, true),
+        (config(4, 2, 64, RopeStyle::HalfSplit, 64), 300, true, false),
+        (config(2, 1, 32, RopeStyle::Adjacent, 32), 9, false, false),
     ];
-    for (cfg, pos0, qk_norm) in cases {
+    for (cfg, pos0, qk_norm, rotate) in cases {
         let t = 3;
         let stride = cfg.q_dim() + 2 * cfg.kv_dim();
         let qkv = values(t * stride, 11);
@@ -96,7 +99,7 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
         let (qb, qknb) = (c.buf(&qkv), c.buf(&[qn.clone(), kn.clone()].concat()));
         let step = c.step(t, pos0);
         let norms = qk_norm.then_some(&qknb);
-        c.run(|p| elementwise::rope(&c.k, p, &step, &cfg, &table, &qb, norms, t).unwrap());
+        c.run(|p| elementwise::rope(&c.k, p, &step, &cfg, &table, rotate, &qb, norms, t).unwrap());
         let got = c.read(&qb, t * stride);
         // CPU: per token, norm then rotate the q heads and the k heads; v untouched.
         for ti in 0..t {
@@ -107,22 +110,10 @@ fn rope_both_styles_partial_dims_and_qk_norm() {
                 q = reference::rmsnorm(&q, &qn, cfg.rms_eps);
                 k = reference::rmsnorm(&k, &kn, cfg.rms_eps);
             }
-            reference::rope(
-                &mut q,
-                cfg.q_dim(),
-                cfg.head_dim,
-                cfg.rope_style,
-                &freqs,
-                pos0 + ti,
-            );
-            reference::rope(
-                &mut k,
-                cfg.kv_dim(),
-                cfg.head_dim,
-                cfg.rope_style,
-                &freqs,
-                pos0 + ti,
-            );
+            let freqs = if rotate { &freqs[..] } else { &[] };
+            let (qd, kd, hd, style) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_style);
+            reference::rope(&mut q, qd, hd, style, freqs, pos0 + ti);
+            reference::rope(&mut k, kd, hd, style, freqs, pos0 + ti);
             let g = &got[ti * stride..][..stride];
             assert!(max_diff(&g[..cfg.q_dim()], &q) < 1e-5, "{cfg:?} q");
             assert!(
@@ -158,6 +149,25 @@ fn gated_activations_match() {
             let d = max_diff(&c.read(&ab, t * f), &want);
             assert!(d < 1e-4, "{act:?} f {f} t {t}: {d}");
         }
+    }
+}
+
+/// Biases onto the leading `width` floats of each token's row (Qwen2's Q/K/V biases
+/// onto the qkv rows), past a workgroup's 256 and across tokens; the rest untouched.
+#[test]
+fn bias_add_onto_rows_awkward_widths() {
+    let c = ctx();
+    for (width, stride, t) in [(1, 1, 1), (37, 40, 3), (300, 300, 2), (1152, 1600, 5)] {
+        let (y0, bias) = (values(t * stride, 7), values(width, 8));
+        let (yb, bb) = (c.buf(&y0), c.buf(&bias));
+        let step = c.step(t, 0);
+        c.run(|p| elementwise::bias_add(&c.k, p, &step, &bb, &yb, width, stride, t).unwrap());
+        let mut want = y0.clone();
+        for row in want.chunks_exact_mut(stride) {
+            reference::add_rows(&mut row[..width], &bias);
+        }
+        let d = max_diff(&c.read(&yb, t * stride), &want);
+        assert!(d < 1e-6, "width {width} stride {stride} t {t}: {d}");
     }
 }
 
@@ -317,6 +327,7 @@ fn fused_decode_case(
     kv_len: usize,
     window: usize,
     qk_norm: bool,
+    rotate: bool,
 ) -> (Vec<f32>, Vec<f32>) {
     let c = ctx();
     let (qd, kd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
@@ -324,6 +335,8 @@ fn fused_decode_case(
     let raw = values(kv_len * stride, (kv_len * 13 + hd) as u64);
     let (qn, kn) = (values(hd, 5), values(hd, 6));
     let freqs = cfg.rope_freqs(None, 0);
+    // A layer without RoPE (SmolLM3's NoPE layers) rotates nothing.
+    let rotated = if rotate { &freqs[..] } else { &[] };
     // Every row normalized and rotated, as the reference model computes them.
     let mut rows = raw.clone();
     for (pos, row) in rows.chunks_mut(stride).enumerate() {
@@ -333,7 +346,7 @@ fn fused_decode_case(
                 v = reference::rmsnorm(&v, w, cfg.rms_eps);
             }
             let len = v.len();
-            reference::rope(&mut v, len, hd, cfg.rope_style, &freqs, pos);
+            reference::rope(&mut v, len, hd, cfg.rope_style, rotated, pos);
             row[part].copy_from_slice(&v);
         }
     }
@@ -352,8 +365,8 @@ fn fused_decode_case(
     let step = c.step(1, prefix);
     c.run(|p| {
         let qk = qk_norm.then_some(&norms);
-        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, &table, qk, &out)
-            .unwrap()
+        let (t, r) = (&table, rotate);
+        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, t, r, qk, &out).unwrap()
     });
     let got = c.read(&out, qd);
     let (mut k, mut v) = (vec![], vec![]);
@@ -384,9 +397,20 @@ fn one_pass_decode_attention_shapes_and_lengths() {
         (config(3, 1, 96, RopeStyle::Adjacent, 64), false),
     ] {
         for kv_len in [1, 2, 63, 64, 65, 130] {
-            let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm);
+            let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm, true);
             let d = max_diff(&got, &want);
             assert!(d < 1e-4, "{cfg:?} kv_len {kv_len} qk_norm {qk_norm}: {d}");
+        }
+    }
+    // Layers without RoPE, with and without QK-norm.
+    for (cfg, qk_norm) in [
+        (config(4, 2, 64, RopeStyle::HalfSplit, 64), true),
+        (config(9, 3, 64, RopeStyle::Adjacent, 64), false),
+    ] {
+        for kv_len in [1, 65] {
+            let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm, false);
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-4, "NoPE {cfg:?} kv_len {kv_len}: {d}");
         }
     }
 }
@@ -396,7 +420,7 @@ fn one_pass_decode_attention_up_to_its_limit() {
     let cfg = config(4, 2, 64, RopeStyle::Adjacent, 64);
     for kv_len in [2047, attention::ONE_PASS_MAX] {
         assert!(attention::one_pass(kv_len));
-        let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, false);
+        let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, false, true);
         let d = max_diff(&got, &want);
         assert!(d < 1e-4, "kv_len {kv_len}: {d}");
     }
@@ -416,14 +440,14 @@ fn one_pass_decode_attention_gemma_windows_and_kv_formats() {
             (KvFormat::Int8, 2e-3),
             (KvFormat::Int4, 2e-2),
         ] {
-            let (got, want) = fused_decode_case(&gemma, format, kv_len, window, true);
+            let (got, want) = fused_decode_case(&gemma, format, kv_len, window, true, true);
             let d = max_diff(&got, &want);
             assert!(d < tol, "window {window} kv_len {kv_len} {format:?}: {d}");
         }
     }
     let cfg = config(9, 3, 64, RopeStyle::Adjacent, 64);
     for format in [KvFormat::F16, KvFormat::Int8, KvFormat::Int4] {
-        let (got, want) = fused_decode_case(&cfg, format, 100, 0, false);
+        let (got, want) = fused_decode_case(&cfg, format, 100, 0, false, true);
         let d = max_diff(&got, &want);
         assert!(d < 2e-2, "{format:?}: {d}");
     }

@@ -13,6 +13,8 @@ mod cpu_threads;
 mod crafted_files;
 mod device_limits;
 mod engine;
+mod families;
+mod families_llama_cpp;
 mod generate;
 mod ggml_formats;
 mod gguf;

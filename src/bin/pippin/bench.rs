@@ -114,6 +114,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 y_stride: w.rows,
                 y_offset: 0,
                 accumulate: false,
+                scale: 1.0,
             };
             let fused = norm.filter(|_| tokens == 1);
             let ms = time(m, reps, &|pass| match fused {

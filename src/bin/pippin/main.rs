@@ -613,7 +613,11 @@ fn write_info(s: &mut String, path: &std::path::Path, g: &Gguf) -> std::fmt::Res
         g.version
     )?;
     match Config::from_gguf(g) {
-        Ok(c) => writeln!(s, "\nconfig: {c:#?}")?,
+        Ok(c) => {
+            let f = c.arch.family();
+            writeln!(s, "\nfamily: {} ({})", f.name(), f.module())?;
+            writeln!(s, "\nconfig: {c:#?}")?
+        }
         Err(e) => writeln!(s, "\nconfig: {e}")?,
     }
     writeln!(s, "\nmetadata:")?;

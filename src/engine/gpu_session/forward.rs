@@ -11,6 +11,7 @@ use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use crate::kernels::sample;
 use crate::kernels::stacked::Stacked;
+use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
 
 impl GpuSession {
@@ -48,6 +49,7 @@ impl GpuSession {
             y_stride: l.rank,
             y_offset: 0,
             accumulate: false,
+            scale: 1.0,
         };
         matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
         let b_io = Io {
@@ -86,6 +88,7 @@ impl GpuSession {
             y_stride,
             y_offset,
             accumulate: false,
+            scale: 1.0,
         };
         if folded {
             for (i, (mat, off)) in mats.mats().into_iter().enumerate() {
@@ -216,15 +219,25 @@ impl GpuSession {
                 y_stride: stride,
                 y_offset: off,
                 accumulate: true,
+                scale: 1.0,
             };
             self.lora(m, pass, lo, &io, n)?;
         }
-        let (table, cache) = (&b.rope[c.is_sliding(l) as usize], &self.cache[l]);
-        let qk_norm = w.qk_norm.as_ref();
+        if let Some(bias) = &w.qkv_bias {
+            elementwise::bias_add(k, pass, step, bias, &b.qkv, stride, stride, n)?;
+        }
+        let block = c.block(l);
+        let table = &b.rope[(block.rope == Some(Rope::Local)) as usize];
+        let (rotate, cache, qk_norm) = (block.rope.is_some(), &self.cache[l], w.qk_norm.as_ref());
         if n == 1 && self.fused && attention::one_pass(pos0 + 1) {
-            attention::decode_fused(k, pass, step, c, kv, &b.qkv, cache, table, qk_norm, &b.att)?;
+            let (qkv, att) = (&b.qkv, &b.att);
+            attention::decode_fused(
+                k, pass, step, c, kv, qkv, cache, table, rotate, qk_norm, att,
+            )?;
         } else {
-            elementwise::rope(k, pass, step, c, table, &b.qkv, qk_norm, n)?;
+            if rotate || qk_norm.is_some() {
+                elementwise::rope(k, pass, step, c, table, rotate, &b.qkv, qk_norm, n)?;
+            }
             attention::kv_write(k, pass, step, c, kv, &b.qkv, cache, n)?;
             if n == 1 {
                 let (part, att) = (&b.part, &b.att);
@@ -242,6 +255,7 @@ impl GpuSession {
             y_stride: c.hidden,
             y_offset: 0,
             accumulate,
+            scale: block.residual_scale,
         };
         self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
         self.finish_residual(m, pass, post, n)
@@ -256,14 +270,14 @@ impl GpuSession {
         n: usize,
     ) -> Result<()> {
         let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
-        let f = c.ffn_dim;
+        let (f, block) = (c.ffn_dim, c.block(l));
         let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
             .into_iter()
             .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
             .collect();
         let one = matches!(w.gate_up, Stacked::One(_));
         if n == 1 && self.fused && one && loras.is_empty() {
-            let act = Some(c.activation);
+            let act = Some(block.activation);
             self.normed_matmul(m, pass, &w.gate_up, &w.ffn_norm, act, false, &b.act, f, n)?;
         } else {
             let keep = !loras.is_empty();
@@ -286,10 +300,11 @@ impl GpuSession {
                     y_stride: 2 * f,
                     y_offset: off,
                     accumulate: true,
+                    scale: 1.0,
                 };
                 self.lora(m, pass, lo, &io, n)?;
             }
-            elementwise::glu(k, pass, &b.step, c.activation, &b.gu, &b.act, f, n)?;
+            elementwise::glu(k, pass, &b.step, block.activation, &b.gu, &b.act, f, n)?;
         }
         let post = w.post_norms.as_ref().map(|(_, p)| p);
         let (y, accumulate) = self.residual(post);
@@ -300,6 +315,7 @@ impl GpuSession {
             y_stride: c.hidden,
             y_offset: 0,
             accumulate,
+            scale: block.residual_scale,
         };
         self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
         self.finish_residual(m, pass, post, n)
@@ -322,6 +338,7 @@ impl GpuSession {
             y_stride: c.vocab_size,
             y_offset: 0,
             accumulate: false,
+            scale: c.logit_scale,
         };
         if n == 1 && self.fused {
             let norm = NormIn {

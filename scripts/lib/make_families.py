@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Test files of model families no real checkpoint of which is available here, and
+llama.cpp's outputs on them (the reference the `families_llama_cpp` tests compare with).
+
+Each file is SmolLM2-135M's real tensors (quantized blocks copied as they are: GGML
+blocks lie along rows, so reordering or concatenating rows keeps them valid) laid out
+as the family lays out its checkpoints, plus the family's own parts with deterministic
+values (biases, multipliers). gguf-py (PyPI `gguf`, llama.cpp's own package) writes
+them; llama.cpp (llama-cpp-python 0.3.36) runs them:
+
+  qwen2    Q/K rows in half-split (NEOX) order, Q/K/V biases
+  granite  embedding, residual, attention and logit multipliers
+  smollm3  every fourth layer without RoPE
+
+llama.cpp runs an f32 copy of each file (its blocks dequantized by gguf-py): the same
+weights, but without the 8-bit rounding of activations llama.cpp applies in quantized
+dot products, which on these files moves single logits by up to 8 (checked: the f32
+copy agrees with Pippin where the quantized file does not). So the reference can be
+compared tightly. For each file: greedy tokens with each step's top 5 logits and
+margin, and the mean NLL of a text. usage: make_families.py SRC OUT_DIR TEXT
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+
+PROMPTS = [
+    ("capital", "The capital of France is"),
+    ("recipe", "To make a cup of tea, first"),
+]
+N_GEN = 12
+NLL_TOKENS = 96
+
+
+def unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter permutes Llama's Q/K rows to pair adjacent dimensions;
+    this undoes it (half-split order, as Qwen's checkpoints are)."""
+    r = rows.shape[0]
+    return (rows.reshape(n_head, r // n_head // 2, 2, *rows.shape[1:])
+            .swapaxes(1, 2).reshape(rows.shape))
+
+
+def wave(n: int, seed: float, amp: float) -> np.ndarray:
+    """Deterministic values that are not all alike."""
+    i = np.arange(n, dtype=np.float32)
+    return (amp * np.sin(0.37 * i + seed) * np.cos(0.011 * i * seed + 1.0)).astype(np.float32)
+
+
+def copy_fields(reader, writer, arch: str, skip=()):
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name in skip:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        key = arch + name[len("llama"):] if name.startswith("llama.") else name
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+
+
+def write(src: str, out: Path, arch: str, extra_kv, tensor_fn):
+    reader = gguf.GGUFReader(src)
+    n_head = int(reader.fields["llama.attention.head_count"].contents())
+    n_kv = int(reader.fields["llama.attention.head_count_kv"].contents())
+    writer = gguf.GGUFWriter(str(out), arch)
+    copy_fields(reader, writer, arch)
+    for key, value, vtype in extra_kv:
+        writer.add_key_value(f"{arch}.{key}", value, vtype)
+    for t in reader.tensors:
+        for name, data, dtype in tensor_fn(t, n_head, n_kv):
+            writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=dtype)
+    writer.write_header_to_file(out)
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def same(t, n_head, n_kv):
+    yield t.name, t.data, t.tensor_type
+
+
+def qwen2_tensors(t, n_head, n_kv):
+    name, data = t.name, t.data
+    if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
+        heads = n_head if "attn_q" in name else n_kv
+        data = unpermute(np.asarray(data), heads)
+    yield name, data, t.tensor_type
+    layer = name.split(".")[1] if name.startswith("blk.") else None
+    for p, amp in (("q", 0.5), ("k", 0.8), ("v", 0.1)):
+        if name.endswith(f"attn_{p}.weight"):
+            rows = t.data.shape[0]
+            yield f"blk.{layer}.attn_{p}.bias", wave(rows, int(layer) + ord(p), amp), \
+                gguf.GGMLQuantizationType.F32
+
+
+F32 = gguf.GGUFValueType.FLOAT32
+FAMILIES = {
+    "qwen2": ([], qwen2_tensors),
+    "granite": ([("embedding_scale", 2.0, F32), ("residual_scale", 0.7, F32),
+                 ("attention.scale", 0.14, F32), ("logit_scale", 1.4, F32)], same),
+    "smollm3": ([], same),
+}
+
+
+def f32_copy(src: Path, out: Path) -> None:
+    """The file with every tensor dequantized to f32 (gguf-py's dequantizer)."""
+    from gguf.quants import dequantize
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(out), arch)
+    copy_fields(reader, writer, arch)
+    for t in reader.tensors:
+        writer.add_tensor(t.name, dequantize(t.data, t.tensor_type).astype(np.float32))
+    writer.write_header_to_file(out)
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def reference(path: Path, text: str) -> dict:
+    import llama_cpp
+    f32 = path.with_suffix(".f32.tmp")
+    f32_copy(path, f32)
+    try:
+        return run_reference(llama_cpp.Llama(
+            model_path=str(f32), n_ctx=512, n_threads=2, logits_all=True,
+            type_k=0, type_v=0, verbose=False), text)  # F32 KV cache
+    finally:
+        f32.unlink()
+
+
+def run_reference(m, text: str) -> dict:
+    results = []
+    for name, prompt in PROMPTS:
+        ids = m.tokenize(prompt.encode(), add_bos=False, special=False)
+        m.reset()
+        m.eval(ids)
+        steps, tokens, top5 = [], [], None
+        for _ in range(N_GEN):
+            logits = np.array(m.scores[m.n_tokens - 1], dtype=np.float32)
+            order = np.argsort(-logits, kind="stable")
+            if top5 is None:
+                top5 = [[int(i), float(logits[i])] for i in order[:5]]
+            best, second = int(order[0]), int(order[1])
+            steps.append({"id": best, "logit": float(logits[best]), "runner_up_id": second,
+                          "runner_up_logit": float(logits[second]),
+                          "margin": float(logits[best] - logits[second]),
+                          "top5": [[int(i), float(logits[i])] for i in order[:5]]})
+            tokens.append(best)
+            m.eval([best])
+        results.append({"name": name, "prompt": prompt, "prompt_token_ids": ids,
+                        "greedy_token_ids": tokens, "top5_first_position": top5,
+                        "greedy_text": m.detokenize(tokens).decode("utf-8", "replace"),
+                        "steps": steps})
+    ids = m.tokenize(text.encode(), add_bos=False, special=False)[:NLL_TOKENS]
+    m.reset()
+    m.eval(ids)
+    nll = 0.0
+    for i in range(len(ids) - 1):
+        l = np.array(m.scores[i], dtype=np.float64)
+        mx = l.max()
+        nll += mx + math.log(np.exp(l - mx).sum()) - l[ids[i + 1]]
+    return {"reference": "llama.cpp via llama-cpp-python 0.3.36, CPU, 2 threads, F32 KV "
+                         "cache, on an f32 copy of the file (no 8-bit activations)",
+            "results": results,
+            "nll": {"token_ids": ids, "mean": nll / (len(ids) - 1)}}
+
+
+def main(src: str, out_dir: str, text_path: str) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = Path(text_path).read_text()
+    for arch, (kv, tensors) in FAMILIES.items():
+        path = out / f"{arch}.gguf"
+        write(src, path, arch, kv, tensors)
+        ref = reference(path, text)
+        (out / f"{arch}-reference.json").write_text(json.dumps(ref, indent=1))
+        print(f"make_families: {path}: {ref['results'][0]['greedy_text']!r}, "
+              f"NLL {ref['nll']['mean']:.3f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])

@@ -1,0 +1,20 @@
+// Adds a bias to every token's row: y[t * STRIDE + i] += bias[i] for i < WIDTH (the
+// Q, K and V biases of Qwen2, onto the fused qkv rows before RoPE).
+
+#include "step.wgsl"
+@group(0) @binding(1) var<storage, read> bias: array<f32>;     // [WIDTH]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [n_tokens][STRIDE]
+
+override WIDTH: u32;
+override STRIDE: u32;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if i >= step.n_tokens * WIDTH {
+        return;
+    }
+    let t = i / WIDTH;
+    let j = i % WIDTH;
+    y[t * STRIDE + j] += bias[j];
+}

@@ -1,0 +1,57 @@
+//! A layer as the forwards run it. Every family's block is the same sequence of steps
+//! — the reference (`model::reference`), the CPU backend through it, and the GPU
+//! engine (`engine::gpu_session::forward`) execute it in this order — and a `Block`
+//! says which variant of each step a layer takes:
+//!
+//! 1. `attn_norm` RMSNorm of x
+//! 2. Q, K, V projections, plus their biases (`qkv_bias`)
+//! 3. per-head RMSNorm of queries and keys (`qk_norm`)
+//! 4. RoPE with the global or the sliding layers' table, or none (`rope`)
+//! 5. causal grouped-query attention, through a window (`window`)
+//! 6. O projection, RMSNorm of it (`post_norms`), × `residual_scale`, added to x
+//! 7. `ffn_norm` RMSNorm of x, gate and up projections, act(gate)·up (`activation`)
+//! 8. down projection, RMSNorm of it (`post_norms`), × `residual_scale`, added to x
+//!
+//! A family that needs a step this list lacks adds it here and to the forwards.
+
+use crate::model::config::{Activation, Config};
+
+/// Which RoPE a layer applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rope {
+    /// The model's base and scaling.
+    Global,
+    /// The sliding-window layers' own base, unscaled (Gemma 3).
+    Local,
+}
+
+/// One layer's steps (see the module's list).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block {
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    /// `None`: the layer has no position embedding (SmolLM3's NoPE layers).
+    pub rope: Option<Rope>,
+    /// Keys visible behind a query, itself included (`usize::MAX`: all).
+    pub window: usize,
+    pub post_norms: bool,
+    pub residual_scale: f32,
+    pub activation: Activation,
+}
+
+impl Block {
+    /// Layer `l` of llama's graph with what `c` turns on: biases, QK-norm, post norms,
+    /// sliding windows with their RoPE, residual scale.
+    pub fn standard(c: &Config, l: usize) -> Block {
+        let sliding = c.is_sliding(l);
+        Block {
+            qkv_bias: c.qkv_bias,
+            qk_norm: c.qk_norm,
+            rope: Some(if sliding { Rope::Local } else { Rope::Global }),
+            window: c.window(l),
+            post_norms: c.post_norms,
+            residual_scale: c.residual_scale,
+            activation: c.activation,
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! IBM Granite 3: llama's block with four multipliers — the embedding's, the
+//! attention scores' (instead of 1/√head_dim), each block's output before its residual
+//! add, and a divisor of the logits.
+
+use super::{Arch, Family, Keys};
+use crate::error::Result;
+use crate::model::config::Config;
+
+pub struct Granite;
+
+impl Family for Granite {
+    fn name(&self) -> &'static str {
+        "granite"
+    }
+
+    fn module(&self) -> &'static str {
+        "src/model/arch/granite.rs"
+    }
+
+    fn config(&self, k: &Keys) -> Result<Config> {
+        let base = k.base(Arch::Granite)?;
+        // llama.cpp requires logit_scale and defaults the others to "no multiplier".
+        k.require("logit_scale")?;
+        Ok(Config {
+            embed_scale: k.float("embedding_scale", 1.0)?,
+            attn_scale: k.float("attention.scale", base.attn_scale as f64)?,
+            residual_scale: k.float("residual_scale", 1.0)?,
+            logit_scale: 1.0 / k.float("logit_scale", 1.0)?,
+            ..base
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! Reading a family's `<arch>.*` keys: checked integers and positive floats with
+//! defaults, and the keys (and optional tensors) every family shares (`base`).
+
+use super::{Arch, GlobalTensor};
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::model::config::{Activation, Config, RopeStyle, MAX_DIM};
+
+/// A file's keys under its architecture's prefix.
+pub struct Keys<'a> {
+    pub gguf: &'a Gguf,
+    prefix: &'a str,
+}
+
+impl<'a> Keys<'a> {
+    pub fn new(gguf: &'a Gguf, prefix: &'a str) -> Self {
+        Keys { gguf, prefix }
+    }
+
+    /// The full name of key `k` (`<arch>.k`).
+    pub fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.prefix)
+    }
+
+    /// A count or width: present, an integer, positive and within bounds.
+    pub fn int(&self, k: &str) -> Result<usize> {
+        let key = self.key(k);
+        let v = self
+            .gguf
+            .metadata
+            .u64(&key)
+            .ok_or_else(|| Error::gguf(format!("{key} is missing or not an integer")))?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0 && (v as u64) < MAX_DIM)
+            .ok_or_else(|| Error::gguf(format!("{key} = {v} is out of range")))
+    }
+
+    /// As `int`, when the key is there.
+    pub fn opt_int(&self, k: &str) -> Result<Option<usize>> {
+        match self.gguf.metadata.get(&self.key(k)) {
+            Some(_) => self.int(k).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A positive finite number, `default` when the key is absent.
+    pub fn float(&self, k: &str, default: f64) -> Result<f32> {
+        let key = self.key(k);
+        match self.gguf.metadata.get(&key) {
+            None => Ok(default as f32),
+            Some(v) => v
+                .as_f64()
+                .map(|f| f as f32)
+                .filter(|f| f.is_finite() && *f > 0.0)
+                .ok_or_else(|| {
+                    Error::gguf(format!("{key} = {} is not a positive number", v.summary()))
+                }),
+        }
+    }
+
+    /// An error naming key `k` when the file lacks it.
+    pub fn require(&self, k: &str) -> Result<()> {
+        match self.gguf.metadata.get(&self.key(k)) {
+            Some(_) => Ok(()),
+            None => Err(Error::gguf(format!("{} is missing", self.key(k)))),
+        }
+    }
+
+    pub fn str(&self, k: &str) -> Option<&'a str> {
+        self.gguf.metadata.str(&self.key(k))
+    }
+
+    pub fn has_tensor(&self, t: GlobalTensor) -> bool {
+        self.gguf.tensor(t.name()).is_some()
+    }
+
+    /// The keys of llama's graph, which every family starts from: sizes, RMSNorm
+    /// epsilon, RoPE (base, rotated dimensions, linear scaling or Llama 3's factor
+    /// tensor), context, a tied head. Adjacent-pair RoPE, SiLU, no extra norms.
+    pub fn base(&self, arch: Arch) -> Result<Config> {
+        let n_heads = self.int("attention.head_count")?;
+        let hidden = self.int("embedding_length")?;
+        let head_dim = match self.opt_int("attention.key_length")? {
+            Some(d) => d,
+            None => hidden / n_heads,
+        };
+        if let Some(v) = self.opt_int("attention.value_length")? {
+            if v != head_dim {
+                return Err(Error::unsupported(format!(
+                    "value heads of {v} dimensions with key heads of {head_dim}"
+                )));
+            }
+        }
+        Ok(Config {
+            arch,
+            n_layers: self.int("block_count")?,
+            n_heads,
+            n_kv_heads: self.opt_int("attention.head_count_kv")?.unwrap_or(n_heads),
+            head_dim,
+            hidden,
+            ffn_dim: self.int("feed_forward_length")?,
+            vocab_size: self.vocab_size()?,
+            rms_eps: self.float("attention.layer_norm_rms_epsilon", 1e-5)?,
+            rope_theta: self.float("rope.freq_base", 10_000.0)?,
+            rope_dim: self.opt_int("rope.dimension_count")?.unwrap_or(head_dim),
+            rope_style: RopeStyle::Adjacent,
+            rope_freq_factors: self.has_tensor(GlobalTensor::RopeFreqs),
+            rope_scale: self.rope_scale()?,
+            context_length: self.int("context_length")?,
+            tied_embeddings: !self.has_tensor(GlobalTensor::Output),
+            qk_norm: false,
+            attn_scale: (head_dim as f32).powf(-0.5),
+            embed_scale: 1.0,
+            activation: Activation::Silu,
+            post_norms: false,
+            sliding_window: 0,
+            swa_pattern: 0,
+            rope_theta_local: 10_000.0,
+            qkv_bias: self.has_qkv_bias(),
+            residual_scale: 1.0,
+            logit_scale: 1.0,
+        })
+    }
+
+    /// Whether the first layer has Q, K or V biases (then every layer must have all
+    /// three: `config_of` says which is missing).
+    fn has_qkv_bias(&self) -> bool {
+        use super::LayerTensor as T;
+        [T::QBias, T::KBias, T::VBias]
+            .iter()
+            .any(|t| self.gguf.tensor(&t.name(0)).is_some())
+    }
+
+    /// Rows of the embedding (0 when it is not 2-D: `validate` names that).
+    fn vocab_size(&self) -> Result<usize> {
+        let name = GlobalTensor::Embedding.name();
+        let embd = self
+            .gguf
+            .tensor(name)
+            .ok_or_else(|| Error::gguf(format!("tensor {name} is missing")))?;
+        Ok(match embd.dims.as_slice() {
+            [_, v] => usize::try_from(*v)
+                .ok()
+                .filter(|&v| (v as u64) < MAX_DIM)
+                .ok_or_else(|| {
+                    Error::gguf(format!("a vocabulary of {v} tokens is out of range"))
+                })?,
+            _ => 0,
+        })
+    }
+
+    /// Linear RoPE scaling's factor (1 without scaling).
+    fn rope_scale(&self) -> Result<f32> {
+        match self.str("rope.scaling.type").unwrap_or("none") {
+            "none" => Ok(1.0),
+            "linear" => self.float("rope.scaling.factor", 1.0),
+            other => Err(Error::unsupported(format!(
+                "RoPE scaling {other:?} in {} (supported: none, linear, and Llama 3's rope_freqs)",
+                self.key("rope.scaling.type")
+            ))),
+        }
+    }
+}

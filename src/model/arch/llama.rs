@@ -1,0 +1,23 @@
+//! Llama (and SmolLM2, Llama 3.x, Mistral-style checkpoints): pre-norm blocks of GQA
+//! attention and a SwiGLU MLP, RoPE on adjacent pairs (llama.cpp's converter permutes
+//! Q/K rows so that this equals Hugging Face's half-split rotation).
+
+use super::{Arch, Family, Keys};
+use crate::error::Result;
+use crate::model::config::Config;
+
+pub struct Llama;
+
+impl Family for Llama {
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+
+    fn module(&self) -> &'static str {
+        "src/model/arch/llama.rs"
+    }
+
+    fn config(&self, k: &Keys) -> Result<Config> {
+        k.base(Arch::Llama)
+    }
+}

@@ -1,0 +1,152 @@
+//! Model families as code: each module under here is one architecture — the GGUF keys
+//! it reads (with their defaults), the tensors a layer has, and how its block runs
+//! (the `Config` the forwards read). Tensor names are spelled in `tensors` only. A new
+//! family that reuses existing steps is a new module and a line in `Arch`.
+
+mod block;
+mod gemma3;
+mod granite;
+mod keys;
+mod llama;
+mod qwen2;
+mod qwen3;
+mod smollm3;
+pub mod tensors;
+
+pub use block::{Block, Rope};
+pub use keys::Keys;
+pub use tensors::{GlobalTensor, LayerTensor};
+
+use super::config::Config;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+
+/// A model family, by its GGUF `general.architecture` name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama, SmolLM2, Llama 3.x, Mistral-style checkpoints.
+    Llama,
+    /// Qwen3: per-head RMSNorm on queries and keys, half-split RoPE.
+    Qwen3,
+    /// Gemma 3: scaled embeddings, QK-norm, sandwich norms, GeGLU, sliding-window
+    /// attention on five of every six layers.
+    Gemma3,
+    /// Qwen2 / Qwen2.5: half-split RoPE, biases on Q, K and V.
+    Qwen2,
+    /// IBM Granite 3: embedding, attention, residual and logit multipliers.
+    Granite,
+    /// SmolLM3: every fourth layer without RoPE.
+    Smollm3,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 6] = [
+        Arch::Llama,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Qwen2,
+        Arch::Granite,
+        Arch::Smollm3,
+    ];
+
+    /// What the family reads and has.
+    pub fn family(self) -> &'static dyn Family {
+        match self {
+            Arch::Llama => &llama::Llama,
+            Arch::Qwen3 => &qwen3::Qwen3,
+            Arch::Gemma3 => &gemma3::Gemma3,
+            Arch::Qwen2 => &qwen2::Qwen2,
+            Arch::Granite => &granite::Granite,
+            Arch::Smollm3 => &smollm3::Smollm3,
+        }
+    }
+
+    /// Its `general.architecture` name.
+    pub fn name(self) -> &'static str {
+        self.family().name()
+    }
+
+    pub fn from_name(name: &str) -> Result<Arch> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<_> = Arch::ALL.iter().map(|a| a.name()).collect();
+                Error::unsupported(format!(
+                    "architecture {name:?} (supported: {})",
+                    known.join(", ")
+                ))
+            })
+    }
+}
+
+/// One architecture: its keys and its tensors.
+pub trait Family: Sync {
+    /// `general.architecture`, and the prefix of the family's keys.
+    fn name(&self) -> &'static str;
+
+    /// The source file that describes it (`pippin info` names it).
+    fn module(&self) -> &'static str;
+
+    /// The model's shape and block, from the file's keys (`Keys::base` has the ones
+    /// every family shares). `Config::from_gguf` validates it after.
+    fn config(&self, k: &Keys) -> Result<Config>;
+
+    /// The tensors of layer `l`: the projections and norms of the block `c` describes.
+    fn layer_tensors(&self, c: &Config, _l: usize) -> Vec<LayerTensor> {
+        tensors::standard_layer(c)
+    }
+
+    /// How layer `l` runs (`Block`'s steps).
+    fn block(&self, c: &Config, l: usize) -> Block {
+        Block::standard(c, l)
+    }
+
+    /// The tensors outside the layers.
+    fn global_tensors(&self, c: &Config) -> Vec<GlobalTensor> {
+        tensors::standard_globals(c)
+    }
+}
+
+/// Reads a file's config through its family (`general.architecture`), checks that the
+/// tensors the family's layers have are there (by name, shapes are checked at load),
+/// and validates every size.
+pub fn config_of(g: &Gguf) -> Result<Config> {
+    let name = g
+        .metadata
+        .str("general.architecture")
+        .ok_or_else(|| Error::gguf("general.architecture is missing"))?;
+    let arch = Arch::from_name(name)?;
+    let family = arch.family();
+    let cfg = family.config(&Keys::new(g, name))?;
+    cfg.validate()?;
+    let mut used = std::collections::HashSet::new();
+    for l in 0..cfg.n_layers {
+        let tensors = family.layer_tensors(&cfg, l);
+        for t in &tensors {
+            let n = t.name(l);
+            if g.tensor(&n).is_none() && g.tensor(&format!("{n}.pidx")).is_none() {
+                let all: Vec<_> = tensors.iter().map(|t| t.name(l)).collect();
+                return Err(Error::gguf(format!(
+                    "tensor {n} is missing (a {name} layer has {})",
+                    all.join(", ")
+                )));
+            }
+            used.insert(n);
+        }
+    }
+    // A bias changes every output: one the forwards would not add is an error, not
+    // silently different text.
+    if let Some(t) = g
+        .tensors
+        .iter()
+        .find(|t| t.name.ends_with(".bias") && !used.contains(&t.name))
+    {
+        return Err(Error::unsupported(format!(
+            "tensor {} (a {name} model in Pippin adds no such bias)",
+            t.name
+        )));
+    }
+    Ok(cfg)
+}

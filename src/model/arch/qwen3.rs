@@ -1,0 +1,26 @@
+//! Qwen3: llama's block with a per-head RMSNorm on queries and keys before RoPE,
+//! which pairs the halves of a head (as GPT-NeoX).
+
+use super::{Arch, Family, Keys};
+use crate::error::Result;
+use crate::model::config::{Config, RopeStyle};
+
+pub struct Qwen3;
+
+impl Family for Qwen3 {
+    fn name(&self) -> &'static str {
+        "qwen3"
+    }
+
+    fn module(&self) -> &'static str {
+        "src/model/arch/qwen3.rs"
+    }
+
+    fn config(&self, k: &Keys) -> Result<Config> {
+        Ok(Config {
+            rope_style: RopeStyle::HalfSplit,
+            qk_norm: true,
+            ..k.base(Arch::Qwen3)?
+        })
+    }
+}

@@ -1,0 +1,168 @@
+//! The tensors of a model, in GGUF's (llama.cpp's) naming: the one place their names
+//! are spelled. A layer's tensors are `LayerTensor`s, the rest `GlobalTensor`s; each
+//! knows its name and its shape in a model.
+
+use crate::model::config::Config;
+use crate::model::weights::TensorSpec;
+use crate::model::Proj;
+
+/// What a tensor is to a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerTensor {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    /// Per-head RMSNorm of queries and keys (Qwen3, Gemma 3).
+    QNorm,
+    KNorm,
+    /// RMSNorm of the attention output before its residual add (Gemma).
+    PostAttnNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+    /// RMSNorm of the MLP output before its residual add (Gemma).
+    PostFfnNorm,
+    /// Biases added to the query, key and value projections (Qwen2).
+    QBias,
+    KBias,
+    VBias,
+}
+
+impl LayerTensor {
+    /// The name within a block: `blk.N.<this>.weight`.
+    pub fn gguf(self) -> &'static str {
+        use LayerTensor::*;
+        match self {
+            AttnNorm => "attn_norm",
+            Q => "attn_q",
+            K => "attn_k",
+            V => "attn_v",
+            O => "attn_output",
+            QNorm => "attn_q_norm",
+            KNorm => "attn_k_norm",
+            PostAttnNorm => "post_attention_norm",
+            FfnNorm => "ffn_norm",
+            Gate => "ffn_gate",
+            Up => "ffn_up",
+            Down => "ffn_down",
+            PostFfnNorm => "post_ffw_norm",
+            QBias => "attn_q",
+            KBias => "attn_k",
+            VBias => "attn_v",
+        }
+    }
+
+    /// The tensor's name in layer `l`: `blk.N.<gguf>.weight`, or `.bias`.
+    pub fn name(self, l: usize) -> String {
+        use LayerTensor::*;
+        let kind = match self {
+            QBias | KBias | VBias => "bias",
+            _ => "weight",
+        };
+        format!("blk.{l}.{}.{kind}", self.gguf())
+    }
+
+    /// The tensor a projection is.
+    pub fn of(p: Proj) -> LayerTensor {
+        use LayerTensor::*;
+        match p {
+            Proj::Q => Q,
+            Proj::K => K,
+            Proj::V => V,
+            Proj::O => O,
+            Proj::Gate => Gate,
+            Proj::Up => Up,
+            Proj::Down => Down,
+        }
+    }
+
+    /// The projection it is, if a matrix.
+    pub fn proj(self) -> Option<Proj> {
+        Proj::ALL.into_iter().find(|&p| LayerTensor::of(p) == self)
+    }
+
+    /// Its name and shape in layer `l` of `c`.
+    pub fn spec(self, c: &Config, l: usize) -> TensorSpec {
+        use LayerTensor::*;
+        let name = self.name(l);
+        match self {
+            QNorm | KNorm => TensorSpec::vector(name, c.head_dim),
+            QBias => TensorSpec::vector(name, c.q_dim()),
+            KBias | VBias => TensorSpec::vector(name, c.kv_dim()),
+            AttnNorm | PostAttnNorm | FfnNorm | PostFfnNorm => TensorSpec::vector(name, c.hidden),
+            Q | K | V | O | Gate | Up | Down => {
+                let p = self.proj().unwrap_or(Proj::Q);
+                let (rows, cols) = p.shape(c);
+                TensorSpec::matrix(name, rows, cols)
+            }
+        }
+    }
+}
+
+/// The layer of llama's graph with the parts `c` asks for: pre-norms, Q/K/V/O (with
+/// biases when the file has them), the gated MLP, QK-norm and post norms where the
+/// family has them.
+pub fn standard_layer(c: &Config) -> Vec<LayerTensor> {
+    use LayerTensor::*;
+    let mut v = vec![AttnNorm, Q, K, V, O];
+    if c.qkv_bias {
+        v.extend([QBias, KBias, VBias]);
+    }
+    if c.qk_norm {
+        v.extend([QNorm, KNorm]);
+    }
+    if c.post_norms {
+        v.extend([PostAttnNorm, PostFfnNorm]);
+    }
+    v.extend([FfnNorm, Gate, Up, Down]);
+    v
+}
+
+/// What a tensor outside the layers is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GlobalTensor {
+    Embedding,
+    OutputNorm,
+    /// The output head, when not tied to the embedding.
+    Output,
+    /// Llama 3's per-frequency RoPE divisors.
+    RopeFreqs,
+}
+
+impl GlobalTensor {
+    pub fn name(self) -> &'static str {
+        match self {
+            GlobalTensor::Embedding => "token_embd.weight",
+            GlobalTensor::OutputNorm => "output_norm.weight",
+            GlobalTensor::Output => "output.weight",
+            GlobalTensor::RopeFreqs => "rope_freqs.weight",
+        }
+    }
+
+    pub fn spec(self, c: &Config) -> TensorSpec {
+        let name = self.name().to_string();
+        match self {
+            GlobalTensor::Embedding | GlobalTensor::Output => {
+                TensorSpec::matrix(name, c.vocab_size, c.hidden)
+            }
+            GlobalTensor::OutputNorm => TensorSpec::vector(name, c.hidden),
+            GlobalTensor::RopeFreqs => TensorSpec::vector(name, c.rope_dim / 2),
+        }
+    }
+}
+
+/// The embedding, the final norm, the head unless tied, RoPE factors if the file has
+/// them.
+pub fn standard_globals(c: &Config) -> Vec<GlobalTensor> {
+    let mut v = vec![GlobalTensor::Embedding, GlobalTensor::OutputNorm];
+    if !c.tied_embeddings {
+        v.push(GlobalTensor::Output);
+    }
+    if c.rope_freq_factors {
+        v.push(GlobalTensor::RopeFreqs);
+    }
+    v
+}
