@@ -177,7 +177,7 @@ impl GpuSession {
         };
         let cache = (0..c.n_layers)
             .map(|l| {
-                let window = if c.is_sliding(l) { c.sliding_window } else { 0 };
+                let window = c.block(l).cache_window();
                 LayerCache::with_window(g, c, opts.kv, opts.max_context, window, opts.chunk)
             })
             .collect::<Result<Vec<_>>>()?;

@@ -74,7 +74,9 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// A one-layer llama of 4 heads of 32: a starting point for tests' shapes.
+    /// A one-layer llama of 4 heads of 32: a starting point for tests' shapes. Its
+    /// step fields (no QK-norm, windows, biases or multipliers) are llama's block,
+    /// which `Keys::base` starts every family from.
     fn default() -> Config {
         Config {
             arch: Arch::Llama,

@@ -193,11 +193,7 @@ impl GpuFootprint {
 }
 
 fn layer_cache(c: &Config, opts: &SessionOptions, layer: usize) -> Result<CacheSize> {
-    let window = if c.is_sliding(layer) {
-        c.sliding_window
-    } else {
-        0
-    };
+    let window = c.block(layer).cache_window();
     CacheSize::of(c, opts.kv, opts.max_context, window, opts.chunk)
 }
 

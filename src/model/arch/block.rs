@@ -12,7 +12,9 @@
 //! 7. `ffn_norm` RMSNorm of x, gate and up projections, act(gate)·up (`activation`)
 //! 8. down projection, RMSNorm of it (`post_norms`), × `residual_scale`, added to x
 //!
-//! A family that needs a step this list lacks adds it here and to the forwards.
+//! Steps tied to a tensor (biases, QK-norm, post norms) run where the layer has it,
+//! which the family's `layer_tensors` decides; a `Block` holds the rest. A family that
+//! needs a step this list lacks adds it here and to the forwards.
 
 use crate::model::config::{Activation, Config};
 
@@ -28,30 +30,33 @@ pub enum Rope {
 /// One layer's steps (see the module's list).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Block {
-    pub qkv_bias: bool,
-    pub qk_norm: bool,
     /// `None`: the layer has no position embedding (SmolLM3's NoPE layers).
     pub rope: Option<Rope>,
     /// Keys visible behind a query, itself included (`usize::MAX`: all).
     pub window: usize,
-    pub post_norms: bool,
     pub residual_scale: f32,
     pub activation: Activation,
 }
 
 impl Block {
-    /// Layer `l` of llama's graph with what `c` turns on: biases, QK-norm, post norms,
-    /// sliding windows with their RoPE, residual scale.
+    /// Layer `l` of llama's graph with what `c` turns on: sliding windows with their
+    /// RoPE, residual scale, the activation.
     pub fn standard(c: &Config, l: usize) -> Block {
         let sliding = c.is_sliding(l);
         Block {
-            qkv_bias: c.qkv_bias,
-            qk_norm: c.qk_norm,
             rope: Some(if sliding { Rope::Local } else { Rope::Global }),
             window: c.window(l),
-            post_norms: c.post_norms,
             residual_scale: c.residual_scale,
             activation: c.activation,
+        }
+    }
+
+    /// The window as the KV cache is sized for it: 0 for none (every position kept).
+    pub fn cache_window(&self) -> usize {
+        if self.window == usize::MAX {
+            0
+        } else {
+            self.window
         }
     }
 }

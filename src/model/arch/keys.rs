@@ -4,7 +4,7 @@
 use super::{Arch, GlobalTensor};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::model::config::{Activation, Config, RopeStyle, MAX_DIM};
+use crate::model::config::{Config, MAX_DIM};
 
 /// A file's keys under its architecture's prefix.
 pub struct Keys<'a> {
@@ -104,22 +104,15 @@ impl<'a> Keys<'a> {
             rms_eps: self.float("attention.layer_norm_rms_epsilon", 1e-5)?,
             rope_theta: self.float("rope.freq_base", 10_000.0)?,
             rope_dim: self.opt_int("rope.dimension_count")?.unwrap_or(head_dim),
-            rope_style: RopeStyle::Adjacent,
             rope_freq_factors: self.has_tensor(GlobalTensor::RopeFreqs),
             rope_scale: self.rope_scale()?,
             context_length: self.int("context_length")?,
             tied_embeddings: !self.has_tensor(GlobalTensor::Output),
-            qk_norm: false,
             attn_scale: (head_dim as f32).powf(-0.5),
-            embed_scale: 1.0,
-            activation: Activation::Silu,
-            post_norms: false,
-            sliding_window: 0,
-            swa_pattern: 0,
-            rope_theta_local: 10_000.0,
             qkv_bias: self.has_qkv_bias(),
-            residual_scale: 1.0,
-            logit_scale: 1.0,
+            // The steps llama's block does not take (adjacent RoPE, SiLU, no extra norms,
+            // windows or multipliers), as `Config::default` has them.
+            ..Config::default()
         })
     }
 
