@@ -83,6 +83,7 @@ async fn check_matmul(c: &Ctx, m: &GpuMatrix, deq: &[f32], t: usize, what: &str)
                 y_stride: rows,
                 y_offset: 0,
                 accumulate: false,
+                scale: 1.0,
             };
             matmul::matmul(kernels, p, &step, m, &io, t).unwrap()
         });
@@ -166,7 +167,7 @@ async fn palettized_matmul_2_and_4_bit() {
 }
 
 #[wasm_bindgen_test]
-async fn rmsnorm_and_gated_activations() {
+async fn rmsnorm_gated_activations_and_biases() {
     let c = ctx().await;
     let (len, rows) = (576, 3);
     let (x, w) = (values(len * rows, 1), values(len, 2));
@@ -203,6 +204,19 @@ async fn rmsnorm_and_gated_activations() {
             "{act:?}"
         );
     }
+    // Qwen2's biases onto the leading 100 floats of rows of 130.
+    let (width, stride) = (100, 130);
+    let (y0, bias) = (values(stride * rows, 6), values(width, 7));
+    let (yb, bb) = (c.buf(&y0), c.buf(&bias));
+    c.run(|p| elementwise::bias_add(&c.k, p, &step, &bb, &yb, width, stride, rows).unwrap());
+    let mut want = y0.clone();
+    for row in want.chunks_exact_mut(stride) {
+        reference::add_rows(&mut row[..width], &bias);
+    }
+    assert!(
+        max_diff(&c.read(&yb, stride * rows).await, &want) < 1e-6,
+        "bias_add"
+    );
 }
 
 /// Decode and prefill attention over an int8 cache: SmolLM2's shape, and Gemma 3's
@@ -451,6 +465,7 @@ async fn norm_folded_into_gemv_and_glu() {
                 y_stride: rows,
                 y_offset: 0,
                 accumulate: false,
+                scale: 1.0,
             };
             let norm = NormIn {
                 weights: &gb,
@@ -506,14 +521,16 @@ async fn one_pass_decode_attention() {
         attn_scale: 0.0625,
         ..smollm2.clone()
     };
-    for (cfg, window, qk_norm, kv_len) in [
-        (&smollm2, 0, false, 1),
-        (&smollm2, 0, false, 130),
-        (&gemma, 0, true, 65),
-        (&gemma, 20, true, 100),
+    // The last case is a layer without RoPE (SmolLM3's NoPE layers).
+    for (cfg, window, qk_norm, kv_len, rotate) in [
+        (&smollm2, 0, false, 1, true),
+        (&smollm2, 0, false, 130, true),
+        (&gemma, 0, true, 65, true),
+        (&gemma, 20, true, 100, true),
+        (&gemma, 0, true, 40, false),
     ] {
         for format in [KvFormat::F32, KvFormat::Int8] {
-            fused_case(&c, cfg, format, window, qk_norm, kv_len).await;
+            fused_case(&c, cfg, format, window, qk_norm, kv_len, rotate).await;
         }
     }
 }
@@ -525,6 +542,7 @@ async fn fused_case(
     window: usize,
     qk_norm: bool,
     kv_len: usize,
+    rotate: bool,
 ) {
     let (qd, kd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
     let stride = qd + 2 * kd;
@@ -539,7 +557,8 @@ async fn fused_case(
                 v = reference::rmsnorm(&v, w, cfg.rms_eps);
             }
             let len = v.len();
-            reference::rope(&mut v, len, hd, cfg.rope_style, &freqs, pos);
+            let freqs = if rotate { &freqs[..] } else { &[] };
+            reference::rope(&mut v, len, hd, cfg.rope_style, freqs, pos);
             row[part].copy_from_slice(&v);
         }
     }
@@ -557,8 +576,8 @@ async fn fused_case(
     let step = c.step(1, prefix);
     c.run(|p| {
         let qk = qk_norm.then_some(&norms);
-        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, &table, qk, &out)
-            .unwrap()
+        let (t, r) = (&table, rotate);
+        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, t, r, qk, &out).unwrap()
     });
     let (mut k, mut v) = (vec![], vec![]);
     for row in rows.chunks(stride) {
