@@ -1,6 +1,7 @@
 //! Writes the WGSL kernels of `shaders/` to `OUT_DIR/shaders/` without comments,
-//! indentation and blank lines, which `kernels` embeds: the comments are for readers
-//! of the source, and in the browser's wasm they were ~20 KB of the download.
+//! indentation, blank lines and the spaces no token needs, which `kernels` embeds: the
+//! comments and spacing are for readers of the source, and in the browser's wasm they
+//! were ~25 KB of the download.
 
 use std::{env, fs, path::Path};
 
@@ -18,12 +19,37 @@ fn main() {
         for line in src.lines() {
             // WGSL has no strings: `//` always starts a comment.
             let code = line.split("//").next().unwrap_or("").trim();
-            if !code.is_empty() {
+            if code.starts_with('#') {
+                // `#include "file"`, which `kernels` resolves: kept as written.
                 min.push_str(code);
+                min.push('\n');
+            } else if !code.is_empty() {
+                squeeze(code, &mut min);
                 min.push('\n');
             }
         }
         let name = path.file_name().expect("a file name");
         fs::write(out.join(name), min).expect("OUT_DIR is writable");
+    }
+}
+
+/// `code` onto `out` without the spaces that separate nothing: a run of spaces stays
+/// (as one) only between two word characters (`let x`) or two operator characters
+/// that could fuse into another token (`a - -b`, `> =`).
+fn squeeze(code: &str, out: &mut String) {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let operator = |c: char| !word(c) && !c.is_whitespace() && !"(){}[],;:".contains(c);
+    let mut chars = code.chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_whitespace() {
+            out.push(c);
+            continue;
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if let (Some(prev), Some(&next)) = (out.chars().last(), chars.peek()) {
+            if (word(prev) && word(next)) || (operator(prev) && operator(next)) {
+                out.push(' ');
+            }
+        }
     }
 }

@@ -47,9 +47,26 @@ fn bad(e: impl std::fmt::Display) -> JsValue {
     js_error("BadOptions", &e.to_string())
 }
 
+/// Values cross to JavaScript as JSON text (`JSON.parse`): serde_json is linked
+/// anyway, and a second serde format for JS values (serde-wasm-bindgen) cost the
+/// wasm ~30 KB.
 fn to_js<T: Serialize>(v: &T) -> JsResult<JsValue> {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| js_error("Internal", &e.to_string()))
+    let text = serde_json::to_string(v).map_err(|e| js_error("Internal", &e.to_string()))?;
+    js_sys::JSON::parse(&text)
+}
+
+/// `v` read as a `T` through `JSON.stringify` (functions and `undefined` fields are
+/// left out, as a missing field). The error names what was wrong, not where in the
+/// JSON text the engine made of it.
+fn from_js<T: for<'de> Deserialize<'de>>(v: &JsValue) -> Result<T, String> {
+    let text: String = js_sys::JSON::stringify(v)
+        .map_err(|_| "cannot be read as JSON (a cycle, or a BigInt)".to_string())?
+        .into();
+    serde_json::from_str(&text).map_err(|e| {
+        let msg = e.to_string();
+        let at = format!(" at line {} column {}", e.line(), e.column());
+        msg.strip_suffix(&at).unwrap_or(&msg).to_string()
+    })
 }
 
 /// A Promise of `f`, rejected with a JS `Error` when it fails.
@@ -61,7 +78,7 @@ fn options<T: for<'de> Deserialize<'de> + Default>(v: JsValue) -> JsResult<T> {
     if v.is_undefined() || v.is_null() {
         Ok(T::default())
     } else {
-        serde_wasm_bindgen::from_value(v).map_err(bad)
+        from_js(&v).map_err(bad)
     }
 }
 
@@ -296,7 +313,7 @@ impl Engine {
     /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template;
     /// the KV cache of the previous turn is reused where the conversation matches.
     pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
-        let msgs = serde_wasm_bindgen::from_value::<Vec<Message>>(messages)
+        let msgs = from_js::<Vec<Message>>(&messages)
             .map(Prompt::Chat)
             .map_err(|e| {
                 bad(format!(
