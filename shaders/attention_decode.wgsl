@@ -13,6 +13,7 @@
 override G: u32;          // query heads per KV head, G * HD <= 2048 and G <= 16
 override QKV_STRIDE: u32;
 override SCALE: f32;      // scores are q·k · SCALE
+override SOFTCAP: f32;    // > 0: scores become SOFTCAP·tanh(score/SOFTCAP) (Gemma 2)
 override WINDOW: u32 = 0u; // keys visible behind the query, itself included (0: all)
 
 const CHUNK: u32 = 64u;
@@ -47,7 +48,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     for (var g = 0u; g < G; g++) {
-        s[g * CHUNK + lid] = select(NEG, acc[g], p < step.kv_len);
+        s[g * CHUNK + lid] = select(NEG, capped(acc[g]), p < step.kv_len);
     }
     workgroupBarrier();
     if lid < G {
@@ -94,4 +95,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         part[at] = stats[2u * lid];
         part[at + 1u] = stats[2u * lid + 1u];
     }
+}
+
+// A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
+// clamp keeps tanh finite where a compiler computes it from exponentials.
+fn capped(score: f32) -> f32 {
+    if SOFTCAP > 0.0 {
+        return SOFTCAP * tanh(clamp(score / SOFTCAP, -10.0, 10.0));
+    }
+    return score;
 }

@@ -17,6 +17,7 @@ override G: u32;          // query heads per KV head, G * HD <= 2048
 override NH: u32;
 override QKV_STRIDE: u32;
 override SCALE: f32;      // scores are q·k · SCALE
+override SOFTCAP: f32;    // > 0: scores become SOFTCAP·tanh(score/SOFTCAP) (Gemma 2)
 override WINDOW: u32 = 0u;
 override HALF: u32;       // rotated pairs per head
 override ROTATE: bool = true; // false: a layer without RoPE (SmolLM3's NoPE layers)
@@ -164,7 +165,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
         for (var g = 0u; g < G; g++) {
-            s[g * CHUNK + lid] = select(NEG, acc[g], p < kv_len);
+            s[g * CHUNK + lid] = select(NEG, capped(acc[g]), p < kv_len);
         }
         workgroupBarrier();
         if lid < G {
@@ -205,4 +206,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             out[(kvh * G + g) * HD + k * 64u + lid] = o[k * G + g] / stats[3u * g + 1u];
         }
     }
+}
+
+// A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
+// clamp keeps tanh finite where a compiler computes it from exponentials.
+fn capped(score: f32) -> f32 {
+    if SOFTCAP > 0.0 {
+        return SOFTCAP * tanh(clamp(score / SOFTCAP, -10.0, 10.0));
+    }
+    return score;
 }

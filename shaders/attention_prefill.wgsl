@@ -13,6 +13,7 @@ override G: u32;          // query heads per KV head
 override NH: u32;
 override QKV_STRIDE: u32;
 override SCALE: f32;
+override SOFTCAP: f32;    // > 0: scores become SOFTCAP·tanh(score/SOFTCAP) (Gemma 2)
 override WINDOW: u32 = 0u;
 // Tiles sized so BQ·HD ≤ 1024 and BK·HD ≤ 2048 (HD ≤ 256); the launcher uses BQ too.
 override BQ: u32 = select(8u, 4u, HD > 128u);   // queries per workgroup
@@ -73,6 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 for (var d = 0u; d < HD; d++) {
                     sc += qs[qi * HD + d] * kv[c * HD + d];
                 }
+                sc = capped(sc);
             }
             s[qi * BK + c] = sc;
         }
@@ -113,4 +115,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             out[base + k] = o[k] / l;
         }
     }
+}
+
+// A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
+// clamp keeps tanh finite where a compiler computes it from exponentials.
+fn capped(score: f32) -> f32 {
+    if SOFTCAP > 0.0 {
+        return SOFTCAP * tanh(clamp(score / SOFTCAP, -10.0, 10.0));
+    }
+    return score;
 }

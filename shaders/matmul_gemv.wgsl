@@ -13,6 +13,7 @@ override K: u32;            // inputs (row length), a multiple of 32
 override Y_OFFSET: u32 = 0u; // where row 0 of the matrix lands in y
 override ACCUMULATE: bool = false; // y += W·x (fuses the residual add)
 override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
+override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 
@@ -62,9 +63,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if lane == 0u && row < part.rows {
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += SCALE * partial[lid];
+            y[o] += out_value(partial[lid]);
         } else {
-            y[o] = SCALE * partial[lid];
+            y[o] = out_value(partial[lid]);
         }
     }
+}
+
+// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
+// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
+fn out_value(v: f32) -> f32 {
+    let r = SCALE * v;
+    if CAP > 0.0 {
+        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
+    }
+    return r;
 }

@@ -12,6 +12,7 @@ override K: u32;
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
 override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
+override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
 override WG: u32 = 256u;  // a multiple of SG
 
@@ -37,9 +38,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if lane == 0u && row < part.rows {
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += SCALE * sum;
+            y[o] += out_value(sum);
         } else {
-            y[o] = SCALE * sum;
+            y[o] = out_value(sum);
         }
     }
+}
+
+// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
+// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
+fn out_value(v: f32) -> f32 {
+    let r = SCALE * v;
+    if CAP > 0.0 {
+        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
+    }
+    return r;
 }

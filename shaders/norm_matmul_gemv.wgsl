@@ -19,6 +19,7 @@ override K: u32;            // inputs (row length), a multiple of 32
 override Y_OFFSET: u32 = 0u;
 override ACCUMULATE: bool = false;
 override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
+override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 override EPS: f32 = 1e-5;
@@ -123,9 +124,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         let o = Y_OFFSET + part.row0 + row;
         if ACCUMULATE {
-            y[o] += SCALE * v;
+            y[o] += out_value(v);
         } else {
-            y[o] = SCALE * v;
+            y[o] = out_value(v);
         }
     }
+}
+
+// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
+// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
+fn out_value(v: f32) -> f32 {
+    let r = SCALE * v;
+    if CAP > 0.0 {
+        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
+    }
+    return r;
 }

@@ -11,6 +11,10 @@ them; llama.cpp (llama-cpp-python 0.3.36) runs them:
   qwen2    Q/K rows in half-split (NEOX) order, Q/K/V biases
   granite  embedding, residual, attention and logit multipliers
   smollm3  every fourth layer without RoPE
+  gemma2   Q/K rows in half-split order, post-attention and post-MLP norms, GELU,
+           embeddings scaled by sqrt(hidden), attention scores and logits
+           soft-capped (caps low enough to bend them), a 32-token window on even
+           layers (the NLL text is longer: the window is crossed)
 
 llama.cpp runs an f32 copy of each file (its blocks dequantized by gguf-py): the same
 weights, but without the 8-bit rounding of activations llama.cpp applies in quantized
@@ -94,12 +98,32 @@ def qwen2_tensors(t, n_head, n_kv):
                 gguf.GGMLQuantizationType.F32
 
 
+def gemma2_tensors(t, n_head, n_kv):
+    name, data = t.name, t.data
+    if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
+        heads = n_head if "attn_q" in name else n_kv
+        data = unpermute(np.asarray(data), heads)
+    yield name, data, t.tensor_type
+    if name.startswith("blk.") and name.endswith("attn_norm.weight"):
+        layer, width = int(name.split(".")[1]), t.data.shape[0]
+        # Norm weights (stored as Gemma's files store them, 1 + w) around 3, so that
+        # each block's output keeps a share of a stream the sqrt(hidden)-scaled
+        # embeddings dominate. SmolLM2 never learnt these norms: its text here is not
+        # sensible (NLL ~8.5); what the test compares is the arithmetic.
+        for norm, seed in (("post_attention_norm", 1.0), ("post_ffw_norm", 2.0)):
+            yield f"blk.{layer}.{norm}.weight", 3.0 + wave(width, layer + seed, 0.75), \
+                gguf.GGMLQuantizationType.F32
+
+
 F32 = gguf.GGUFValueType.FLOAT32
+U32 = gguf.GGUFValueType.UINT32
 FAMILIES = {
     "qwen2": ([], qwen2_tensors),
     "granite": ([("embedding_scale", 2.0, F32), ("residual_scale", 0.7, F32),
                  ("attention.scale", 0.14, F32), ("logit_scale", 1.4, F32)], same),
     "smollm3": ([], same),
+    "gemma2": ([("attn_logit_softcapping", 4.0, F32), ("final_logit_softcapping", 8.0, F32),
+                ("attention.sliding_window", 32, U32)], gemma2_tensors),
 }
 
 

@@ -462,6 +462,7 @@ impl GpuSession {
                     y_offset: 0,
                     accumulate: false,
                     scale: c.logit_scale,
+                    cap: c.final_softcap,
                 };
                 matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
             }

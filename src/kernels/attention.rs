@@ -170,7 +170,7 @@ pub fn kv_write(
     Ok(())
 }
 
-fn cache_constants(c: &Config, format: KvFormat, cache: &LayerCache) -> [(&'static str, f64); 9] {
+fn cache_constants(c: &Config, format: KvFormat, cache: &LayerCache) -> [(&'static str, f64); 10] {
     [
         ("KV_FORMAT", format as u32 as f64),
         ("HD", c.head_dim as f64),
@@ -178,6 +178,7 @@ fn cache_constants(c: &Config, format: KvFormat, cache: &LayerCache) -> [(&'stat
         ("G", c.group_size() as f64),
         ("QKV_STRIDE", qkv_stride(c) as f64),
         ("SCALE", c.attn_scale as f64),
+        ("SOFTCAP", c.attn_softcap as f64),
         ("SLOTS", cache.slots as f64),
         ("WINDOW", cache.window as f64),
         ("NH", c.n_heads as f64),
@@ -210,7 +211,7 @@ pub fn decode(
 ) -> Result<()> {
     let consts = cache_constants(c, format, cache);
     // attention_decode has no NH override.
-    let pipe = k.pipe(Shader::AttentionDecode, &consts[..8])?;
+    let pipe = k.pipe(Shader::AttentionDecode, &consts[..9])?;
     let splits = (kv_len as u32).div_ceil(CHUNK);
     let bufs = [
         step,

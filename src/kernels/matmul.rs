@@ -352,6 +352,8 @@ pub struct Io<'a> {
     pub accumulate: bool,
     /// The product is multiplied by this before it is written or added (1: as is).
     pub scale: f32,
+    /// Then soft-capped to (-cap, cap) by cap·tanh(y/cap) (0: not capped).
+    pub cap: f32,
 }
 
 /// One token: y = W·x (token 0 of x). The subgroup kernel when the tuning says so,
@@ -381,6 +383,7 @@ pub fn gemv(
                 ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
                 ("SCALE", io.scale as f64),
+                ("CAP", io.cap as f64),
                 (name, per_row as f64),
             ],
         )?;
@@ -448,6 +451,7 @@ pub fn norm_gemv(
                 ("Y_OFFSET", io.y_offset as f64),
                 ("ACCUMULATE", io.accumulate as u32 as f64),
                 ("SCALE", io.scale as f64),
+                ("CAP", io.cap as f64),
                 ("TPR", tpr as f64),
                 ("EPS", norm.eps as f64),
                 ("GLU", glu),
@@ -508,7 +512,7 @@ pub fn naive(
 }
 
 /// The override constants both GEMM kernels take (the same for every part of `m`).
-fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 8] {
+fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 9] {
     [
         ("FORMAT", m.format as u32 as f64),
         ("LUT_ROWS", m.lut_rows.max(1) as f64),
@@ -518,6 +522,7 @@ fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 8] {
         ("Y_OFFSET", io.y_offset as f64),
         ("ACCUMULATE", io.accumulate as u32 as f64),
         ("SCALE", io.scale as f64),
+        ("CAP", io.cap as f64),
     ]
 }
 

@@ -71,6 +71,12 @@ pub struct Config {
     pub residual_scale: f32,
     /// The logits are multiplied by this (Granite: 1 / its `logit_scale`).
     pub logit_scale: f32,
+    /// Attention scores (after `attn_scale`) become `cap·tanh(score/cap)` (Gemma 2;
+    /// 0: not capped).
+    pub attn_softcap: f32,
+    /// The logits (after `logit_scale`) become `cap·tanh(logit/cap)` (Gemma 2; 0: not
+    /// capped).
+    pub final_softcap: f32,
 }
 
 impl Default for Config {
@@ -106,6 +112,8 @@ impl Default for Config {
             qkv_bias: false,
             residual_scale: 1.0,
             logit_scale: 1.0,
+            attn_softcap: 0.0,
+            final_softcap: 0.0,
         }
     }
 }
@@ -165,6 +173,10 @@ impl Config {
         ];
         if !positive.iter().all(|v| v.is_finite() && *v > 0.0) {
             return bad("RMSNorm epsilon, RoPE bases and scales must be positive numbers".into());
+        }
+        let caps = [self.attn_softcap, self.final_softcap];
+        if !caps.iter().all(|v| v.is_finite() && *v >= 0.0) {
+            return bad("soft-caps must be positive numbers (0: none)".into());
         }
         if self.post_norms && self.residual_scale != 1.0 {
             return Err(Error::unsupported(

@@ -223,8 +223,11 @@ impl<M: Linear> Reference<M> {
         let last = if all { x } else { &x[x.len() - c.hidden..] };
         let h = rmsnorm(last, &self.weights.output_norm, c.rms_eps);
         let mut logits = self.weights.head_matrix().apply(&h, c.hidden);
-        if c.logit_scale != 1.0 {
-            logits.iter_mut().for_each(|v| *v *= c.logit_scale);
+        if c.logit_scale != 1.0 || c.final_softcap > 0.0 {
+            let (scale, cap) = (c.logit_scale, c.final_softcap);
+            logits
+                .iter_mut()
+                .for_each(|v| *v = softcap(*v * scale, cap));
         }
         logits
     }
@@ -265,6 +268,7 @@ impl<M: Linear> Reference<M> {
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             scale: c.attn_scale,
+            softcap: c.attn_softcap,
             window: block.window,
         };
         let o = cache.attend(l, &q, shape);
@@ -452,8 +456,27 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// Scores are q·k times this (usually 1/√head_dim).
     pub scale: f32,
+    /// Then soft-capped: cap·tanh(score/cap) (0: not capped).
+    pub softcap: f32,
     /// Keys visible behind each query, itself included (`usize::MAX`: all).
     pub window: usize,
+}
+
+impl AttnShape {
+    /// The score softmax reads for a query·key dot product.
+    pub fn score(&self, dot: f32) -> f32 {
+        softcap(dot * self.scale, self.softcap)
+    }
+}
+
+/// `cap·tanh(x/cap)`: x squashed into (-cap, cap), nearly unchanged where |x| ≪ cap
+/// (0: x as is).
+pub fn softcap(x: f32, cap: f32) -> f32 {
+    if cap > 0.0 {
+        cap * (x / cap).tanh()
+    } else {
+        x
+    }
 }
 
 /// Causal grouped-query attention of `q` (`[t][n_heads * head_dim]`, the last t of
@@ -466,7 +489,6 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
     );
     let t = q.len() / q_dim;
     let group = s.n_heads / s.n_kv_heads;
-    let scale = s.scale;
     let mut out = vec![0f32; q.len()];
     out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
         let (ti, h) = (idx / s.n_heads, idx % s.n_heads);
@@ -475,7 +497,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
         let visible = kv_len - t + ti + 1;
         let first = visible.saturating_sub(s.window);
         let mut scores: Vec<f32> = (first..visible)
-            .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..][..hd]) * scale)
+            .map(|p| s.score(dot(qh, &k[p * kv_dim + kvh * hd..][..hd])))
             .collect();
         softmax(&mut scores);
         for (p, &w) in (first..).zip(&scores) {

@@ -17,6 +17,7 @@ pub fn int8_attention_case(t: usize, kv_len: usize, window: usize) -> (Vec<f32>,
         n_kv_heads: kv_heads,
         head_dim: hd,
         scale: 0.125,
+        softcap: 0.0,
         window,
     };
     let values = |n: usize, seed: u64| -> Vec<f32> {

@@ -91,6 +91,15 @@ impl Spec {
         }
     }
 
+    /// Gemma 2's layout (Gemma 3's without QK-norm), with its soft-caps set low
+    /// enough to bend most scores and logits of these random weights.
+    pub fn gemma2(window: usize) -> Spec {
+        Spec {
+            arch: "gemma2",
+            ..Spec::gemma3(window)
+        }
+    }
+
     /// A ~500 MB model (a 100,000-token f32 embedding of 410 MB): memory tests load
     /// it to show the heap does not follow the file (natively and in the browser).
     pub fn large() -> Spec {
@@ -155,7 +164,7 @@ impl Spec {
     /// The shapes the spec writes, as its family (llama's if unknown) reads them.
     fn config(&self) -> Config {
         let arch = Arch::from_name(self.arch).unwrap_or(Arch::Llama);
-        let gemma = arch == Arch::Gemma3;
+        let gemma = matches!(arch, Arch::Gemma3 | Arch::Gemma2);
         Config {
             arch,
             n_layers: self.layers,
@@ -193,7 +202,7 @@ impl Spec {
             ("attention.key_length", self.head_dim),
             ("attention.value_length", self.head_dim),
         ];
-        if a == "gemma3" {
+        if a == "gemma3" || a == "gemma2" {
             ints.push(("attention.sliding_window", self.window));
             ints.push(("attention.sliding_window_pattern", 3));
         }
@@ -207,6 +216,14 @@ impl Spec {
                 ("residual_scale", 0.5),
                 ("attention.scale", 0.2),
                 ("logit_scale", 3.0),
+            ] {
+                put(&mut w, &format!("{a}.{k}"), Value::F32(v));
+            }
+        }
+        if a == "gemma2" {
+            for (k, v) in [
+                ("attn_logit_softcapping", 0.5),
+                ("final_logit_softcapping", 2.0),
             ] {
                 put(&mut w, &format!("{a}.{k}"), Value::F32(v));
             }

@@ -20,6 +20,7 @@ fn file(arch: Arch) -> PathBuf {
     let path = dir.join(format!("family-{}.gguf", arch.name()));
     let spec = match arch {
         Arch::Gemma3 => Spec::gemma3(8),
+        Arch::Gemma2 => Spec::gemma2(8),
         _ => Spec {
             arch: arch.name(),
             ..Spec::llama()

@@ -252,6 +252,7 @@ fn windowed_attention_case(
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             scale: cfg.attn_scale,
+            softcap: cfg.attn_softcap,
             window: if window > 0 { window } else { usize::MAX },
         };
         reference::attention(&q, &k, &v, kv_len, s)
@@ -380,6 +381,7 @@ fn fused_decode_case(
         n_kv_heads: cfg.n_kv_heads,
         head_dim: hd,
         scale: cfg.attn_scale,
+        softcap: cfg.attn_softcap,
         window: if window > 0 { window } else { usize::MAX },
     };
     let q = &rows[prefix * stride..][..qd];
@@ -463,6 +465,41 @@ fn prefill_attention_tiles_with_a_cached_prefix() {
             assert!(
                 d < 1e-5,
                 "heads {h}/{kvh} hd {hd} kv_len {kv_len} t {t}: {d}"
+            );
+        }
+    }
+}
+
+/// Gemma 2's soft-capped scores (cap·tanh(score/cap)) in all three attention kernels:
+/// decode (split and one-pass), prefill, with a window. The cap is small enough here
+/// that every score is bent (the uncapped answer is far off).
+#[test]
+fn soft_capped_attention_in_every_kernel() {
+    for (h, kvh, hd) in [(8, 4, 256), (9, 3, 64)] {
+        let mut cfg = config(h, kvh, hd, RopeStyle::HalfSplit, hd);
+        cfg.attn_softcap = 0.25;
+        let uncapped = Config {
+            attn_softcap: 0.0,
+            ..cfg.clone()
+        };
+        for (kv_len, t, window) in [(65, 1, 0), (40, 13, 0), (130, 1, 7), (70, 6, 9)] {
+            let (got, want, _) = windowed_attention_case(&cfg, KvFormat::F32, kv_len, t, window);
+            let (_, plain, _) =
+                windowed_attention_case(&uncapped, KvFormat::F32, kv_len, t, window);
+            let d = max_diff(&got, &want);
+            let what = format!("heads {h}/{kvh} hd {hd} kv_len {kv_len} t {t} window {window}");
+            assert!(d < 1e-4, "{what}: {d}");
+            assert!(
+                max_diff(&plain, &want) > 1e-2,
+                "{what}: the cap changed nothing"
+            );
+        }
+        for (kv_len, window) in [(1, 0), (65, 0), (300, 7)] {
+            let (got, want) = fused_decode_case(&cfg, KvFormat::Int8, kv_len, window, false, true);
+            let d = max_diff(&got, &want);
+            assert!(
+                d < 2e-3,
+                "one pass, hd {hd} kv_len {kv_len} window {window}: {d}"
             );
         }
     }

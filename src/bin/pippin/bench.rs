@@ -115,6 +115,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 y_offset: 0,
                 accumulate: false,
                 scale: 1.0,
+                cap: 0.0,
             };
             let fused = norm.filter(|_| tokens == 1);
             let ms = time(m, reps, &|pass| match fused {

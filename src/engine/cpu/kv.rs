@@ -122,7 +122,7 @@ impl KvStore for Int8Kv {
                 let first = visible.saturating_sub(s.window);
                 let at = |p: usize| p * s.n_kv_heads + kvh;
                 let mut scores: Vec<f32> = (first..visible)
-                    .map(|p| dot8(qh, &layer.k[at(p) * hd..][..hd]) * layer.ks[at(p)] * s.scale)
+                    .map(|p| s.score(dot8(qh, &layer.k[at(p) * hd..][..hd]) * layer.ks[at(p)]))
                     .collect();
                 softmax(&mut scores);
                 for (p, &w) in (first..).zip(&scores) {

@@ -50,6 +50,7 @@ impl GpuSession {
             y_offset: 0,
             accumulate: false,
             scale: 1.0,
+            cap: 0.0,
         };
         matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
         let b_io = Io {
@@ -89,6 +90,7 @@ impl GpuSession {
             y_offset,
             accumulate: false,
             scale: 1.0,
+            cap: 0.0,
         };
         if folded {
             for (i, (mat, off)) in mats.mats().into_iter().enumerate() {
@@ -220,6 +222,7 @@ impl GpuSession {
                 y_offset: off,
                 accumulate: true,
                 scale: 1.0,
+                cap: 0.0,
             };
             self.lora(m, pass, lo, &io, n)?;
         }
@@ -256,6 +259,7 @@ impl GpuSession {
             y_offset: 0,
             accumulate,
             scale: block.residual_scale,
+            cap: 0.0,
         };
         self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
         self.finish_residual(m, pass, post, n)
@@ -301,6 +305,7 @@ impl GpuSession {
                     y_offset: off,
                     accumulate: true,
                     scale: 1.0,
+                    cap: 0.0,
                 };
                 self.lora(m, pass, lo, &io, n)?;
             }
@@ -316,6 +321,7 @@ impl GpuSession {
             y_offset: 0,
             accumulate,
             scale: block.residual_scale,
+            cap: 0.0,
         };
         self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
         self.finish_residual(m, pass, post, n)
@@ -339,6 +345,7 @@ impl GpuSession {
             y_offset: 0,
             accumulate: false,
             scale: c.logit_scale,
+            cap: c.final_softcap,
         };
         if n == 1 && self.fused {
             let norm = NormIn {

@@ -4,6 +4,7 @@
 //! family that reuses existing steps is a new module and a line in `Arch`.
 
 mod block;
+mod gemma2;
 mod gemma3;
 mod granite;
 mod keys;
@@ -38,16 +39,20 @@ pub enum Arch {
     Granite,
     /// SmolLM3: every fourth layer without RoPE.
     Smollm3,
+    /// Gemma 2: Gemma's block without QK-norm, soft-capped attention scores and
+    /// logits, a sliding window on every other layer.
+    Gemma2,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Qwen3,
         Arch::Gemma3,
         Arch::Qwen2,
         Arch::Granite,
         Arch::Smollm3,
+        Arch::Gemma2,
     ];
 
     /// What the family reads and has.
@@ -59,6 +64,7 @@ impl Arch {
             Arch::Qwen2 => &qwen2::Qwen2,
             Arch::Granite => &granite::Granite,
             Arch::Smollm3 => &smollm3::Smollm3,
+            Arch::Gemma2 => &gemma2::Gemma2,
         }
     }
 
