@@ -11,6 +11,10 @@ them; llama.cpp (llama-cpp-python 0.3.36) runs them:
   qwen2    Q/K rows in half-split (NEOX) order, Q/K/V biases
   granite  embedding, residual, attention and logit multipliers
   smollm3  every fourth layer without RoPE
+  phi3     Q|K|V in one tensor (attn_qkv), gate|up in one (ffn_up), Q/K rows in
+           half-split order, RoPE on 48 of 64 dimensions with LongRoPE factors
+           (rope_factors_short within the original context, which the reference's
+           is) and attention factor
   gemma2   Q/K rows in half-split order, post-attention and post-MLP norms, GELU,
            embeddings scaled by sqrt(hidden), attention scores and logits
            soft-capped (caps low enough to bend them), a 32-token window on even
@@ -68,11 +72,12 @@ def write(src: str, out: Path, arch: str, extra_kv, tensor_fn):
     n_head = int(reader.fields["llama.attention.head_count"].contents())
     n_kv = int(reader.fields["llama.attention.head_count_kv"].contents())
     writer = gguf.GGUFWriter(str(out), arch)
-    copy_fields(reader, writer, arch)
+    copy_fields(reader, writer, arch, skip={f"llama.{key}" for key, _, _ in extra_kv})
     for key, value, vtype in extra_kv:
         writer.add_key_value(f"{arch}.{key}", value, vtype)
+    by_name = {t.name: t for t in reader.tensors}
     for t in reader.tensors:
-        for name, data, dtype in tensor_fn(t, n_head, n_kv):
+        for name, data, dtype in tensor_fn(t, n_head, n_kv, by_name):
             writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=dtype)
     writer.write_header_to_file(out)
     writer.write_kv_data_to_file()
@@ -80,11 +85,11 @@ def write(src: str, out: Path, arch: str, extra_kv, tensor_fn):
     writer.close()
 
 
-def same(t, n_head, n_kv):
+def same(t, n_head, n_kv, by_name):
     yield t.name, t.data, t.tensor_type
 
 
-def qwen2_tensors(t, n_head, n_kv):
+def qwen2_tensors(t, n_head, n_kv, by_name):
     name, data = t.name, t.data
     if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
         heads = n_head if "attn_q" in name else n_kv
@@ -98,7 +103,7 @@ def qwen2_tensors(t, n_head, n_kv):
                 gguf.GGMLQuantizationType.F32
 
 
-def gemma2_tensors(t, n_head, n_kv):
+def gemma2_tensors(t, n_head, n_kv, by_name):
     name, data = t.name, t.data
     if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
         heads = n_head if "attn_q" in name else n_kv
@@ -115,6 +120,34 @@ def gemma2_tensors(t, n_head, n_kv):
                 gguf.GGMLQuantizationType.F32
 
 
+PHI3_ROPE_DIMS = 48
+
+
+def phi3_tensors(t, n_head, n_kv, by_name):
+    """Rows of the same GGML type concatenate into a valid tensor of that type."""
+    name = t.name
+    rows = lambda n, heads=None: (unpermute(np.asarray(by_name[n].data), heads)
+                                  if heads else np.asarray(by_name[n].data))
+    if name.endswith("attn_q.weight"):
+        blk = name[:-len("attn_q.weight")]
+        parts = [rows(blk + "attn_q.weight", n_head), rows(blk + "attn_k.weight", n_kv),
+                 rows(blk + "attn_v.weight")]
+        yield blk + "attn_qkv.weight", np.concatenate(parts), t.tensor_type
+    elif name.endswith("ffn_gate.weight"):
+        blk = name[:-len("ffn_gate.weight")]
+        parts = [rows(blk + "ffn_gate.weight"), rows(blk + "ffn_up.weight")]
+        yield blk + "ffn_up.weight", np.concatenate(parts), t.tensor_type
+    elif name.endswith(("attn_k.weight", "attn_v.weight", "ffn_up.weight")):
+        return
+    else:
+        yield name, t.data, t.tensor_type
+    if name == "output_norm.weight":
+        half = PHI3_ROPE_DIMS // 2
+        for factors, seed in (("short", 1.0), ("long", 2.0)):
+            yield f"rope_factors_{factors}.weight", 1.0 + np.abs(wave(half, seed, 2.0)), \
+                gguf.GGMLQuantizationType.F32
+
+
 F32 = gguf.GGUFValueType.FLOAT32
 U32 = gguf.GGUFValueType.UINT32
 FAMILIES = {
@@ -122,6 +155,9 @@ FAMILIES = {
     "granite": ([("embedding_scale", 2.0, F32), ("residual_scale", 0.7, F32),
                  ("attention.scale", 0.14, F32), ("logit_scale", 1.4, F32)], same),
     "smollm3": ([], same),
+    "phi3": ([("rope.dimension_count", PHI3_ROPE_DIMS, U32),
+              ("rope.scaling.attn_factor", 1.15, F32),
+              ("rope.scaling.original_context_length", 4096, U32)], phi3_tensors),
     "gemma2": ([("attn_logit_softcapping", 4.0, F32), ("final_logit_softcapping", 8.0, F32),
                 ("attention.sliding_window", 32, U32)], gemma2_tensors),
 }

@@ -164,9 +164,20 @@ pub fn convert(
         )));
     }
     let config = Config::from_gguf(&g)?;
+    // The output names each matrix; a family that fuses matrices (phi3) would have to
+    // fuse them back.
+    if crate::model::weights::layer_specs(&config, 0)
+        .iter()
+        .any(|s| s.rows_of.is_some())
+    {
+        return Err(Error::unsupported(format!(
+            "palettizing a {} model (its files fuse Q|K|V and gate|up)",
+            config.arch.name()
+        )));
+    }
     let weights = Weights::build(&config, |s| {
         let t = find(&g, s)?;
-        src.read_f32(&g, t)
+        src.read_f32(&g, &t)
     })?;
     let mut reference = Reference::new(config.clone(), weights);
     let cal = match &opts.calibration {

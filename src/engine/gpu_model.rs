@@ -170,7 +170,7 @@ impl GpuModel {
         let gguf = read_streamed_header(&mut w, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
-        let roles = roles(&gguf, &config)?;
+        let reads = roles(&gguf, &config)?;
         check(&gguf)?;
         // Natively `Kernels` is Send + Sync (sessions on other threads share a model);
         // wgpu's browser types are not, and there the model has one thread.
@@ -178,18 +178,13 @@ impl GpuModel {
         let kernels = Arc::new(Kernels::new(&gpu));
         let t0 = web_time::Instant::now();
         if let Some(opts) = session {
-            shadow::precompile(&gpu, &kernels, &config, &gguf, &roles, opts)?;
+            shadow::precompile(&gpu, &kernels, &config, &reads, opts)?;
         }
         let header_compile_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let mut order: Vec<&crate::gguf::TensorInfo> = gguf
-            .tensors
-            .iter()
-            .filter(|t| roles.contains_key(&t.name))
-            .collect();
-        order.sort_by_key(|t| (t.shard, t.offset));
+        let roles = &reads.roles;
         let mut up: HashMap<String, Uploaded> = HashMap::new();
         let mut palettes = Palettes::default();
-        for t in order {
+        for t in &reads.tensors {
             let start = gguf.start(t);
             if let Role::Whole(s) = &roles[&t.name] {
                 if s.matrix {
@@ -247,15 +242,19 @@ impl GpuModel {
             Uploaded::Vector(b, v) => Ok((b, v)),
             Uploaded::Matrix(_) => Err(Error::gguf("a vector was uploaded as a matrix")),
         };
-        let embed = matrix(take(GlobalTensor::Embedding.name())?)?;
-        let output_norm = vector(take(GlobalTensor::OutputNorm.name())?)?.0;
+        // Named as the family's files name them (Phi-3's RoPE factors have a name of
+        // their own).
+        let family = config.arch.family();
+        let mut global = |t: GlobalTensor| take(&family.global_spec(t, &config).name);
+        let embed = matrix(global(GlobalTensor::Embedding)?)?;
+        let output_norm = vector(global(GlobalTensor::OutputNorm)?)?.0;
         let head = if config.tied_embeddings {
             None
         } else {
-            Some(matrix(take(GlobalTensor::Output.name())?)?)
+            Some(matrix(global(GlobalTensor::Output)?)?)
         };
         let rope_factors = if config.rope_freq_factors {
-            Some(vector(take(GlobalTensor::RopeFreqs.name())?)?.1)
+            Some(vector(global(GlobalTensor::RopeFreqs)?)?.1)
         } else {
             None
         };

@@ -86,6 +86,26 @@ impl TensorInfo {
         let cols = self.dims[0].max(1);
         (self.n_elements / cols, cols)
     }
+
+    /// Rows `[row0, row0 + n)` of this matrix as a tensor of their own, `name`: the
+    /// same bytes (a row is whole blocks in every GGML type), read where they lie.
+    /// None when the rows are not all there.
+    pub fn rows(&self, name: String, row0: u64, n: u64) -> Option<TensorInfo> {
+        let (rows, cols) = self.rows_cols();
+        if n == 0 || row0.checked_add(n)? > rows {
+            return None;
+        }
+        let row_bytes = self.n_bytes / rows;
+        Some(TensorInfo {
+            name,
+            dims: vec![cols, n],
+            ty: self.ty,
+            offset: self.offset + row0 * row_bytes,
+            shard: self.shard,
+            n_elements: n * cols,
+            n_bytes: n * row_bytes,
+        })
+    }
 }
 
 /// Metadata in file order, with an index by key.

@@ -54,8 +54,8 @@ pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
     for pos in 0..max_pos {
         for f in freqs {
             let (s, co) = (pos as f32 * f).sin_cos();
-            t.push(co);
-            t.push(s);
+            t.push(co * c.rope_mscale);
+            t.push(s * c.rope_mscale);
         }
     }
     debug_assert_eq!(freqs.len(), c.rope_dim / 2);

@@ -48,6 +48,9 @@ pub struct Config {
     pub rope_freq_factors: bool,
     /// Linear RoPE scaling of the global layers: positions are divided by this.
     pub rope_scale: f32,
+    /// RoPE's cos and sin are multiplied by this (LongRoPE's attention factor,
+    /// `rope.scaling.attn_factor`; 1 for most models).
+    pub rope_mscale: f32,
     pub context_length: usize,
     pub tied_embeddings: bool,
     pub qk_norm: bool,
@@ -99,6 +102,7 @@ impl Default for Config {
             rope_style: RopeStyle::Adjacent,
             rope_freq_factors: false,
             rope_scale: 1.0,
+            rope_mscale: 1.0,
             context_length: 4096,
             tied_embeddings: true,
             qk_norm: false,
@@ -166,6 +170,7 @@ impl Config {
             self.rope_theta,
             self.rope_theta_local,
             self.rope_scale,
+            self.rope_mscale,
             self.attn_scale,
             self.embed_scale,
             self.residual_scale,

@@ -259,8 +259,9 @@ impl<M: Linear> Reference<M> {
         if block.rope.is_some() {
             let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
             let pos0 = cache.positions();
-            rope(&mut q, c.q_dim(), c.head_dim, c.rope_style, &freqs, pos0);
-            rope(&mut k, c.kv_dim(), c.head_dim, c.rope_style, &freqs, pos0);
+            let (style, m) = (c.rope_style, c.rope_mscale);
+            rope_scaled(&mut q, c.q_dim(), c.head_dim, style, &freqs, pos0, m);
+            rope_scaled(&mut k, c.kv_dim(), c.head_dim, style, &freqs, pos0, m);
         }
         cache.append(l, &k, &v);
         let shape = AttnShape {
@@ -365,12 +366,27 @@ pub fn rope(
     freqs: &[f32],
     pos0: usize,
 ) {
+    rope_scaled(x, row_len, head_dim, style, freqs, pos0, 1.0)
+}
+
+/// As `rope`, with cos and sin multiplied by `mscale` (LongRoPE's attention factor:
+/// the rotated dimensions of queries and keys grow by it, the others do not).
+pub fn rope_scaled(
+    x: &mut [f32],
+    row_len: usize,
+    head_dim: usize,
+    style: RopeStyle,
+    freqs: &[f32],
+    pos0: usize,
+    mscale: f32,
+) {
     let half = freqs.len();
     for (t, row) in x.chunks_exact_mut(row_len).enumerate() {
         let pos = (pos0 + t) as f32;
         for head in row.chunks_exact_mut(head_dim) {
             for (i, f) in freqs.iter().enumerate() {
                 let (sin, cos) = (pos * f).sin_cos();
+                let (sin, cos) = (sin * mscale, cos * mscale);
                 let (a, b) = match style {
                     RopeStyle::Adjacent => (2 * i, 2 * i + 1),
                     RopeStyle::HalfSplit => (i, i + half),

@@ -19,6 +19,17 @@ pub struct TensorSpec {
     pub rows: usize,
     pub cols: usize,
     pub matrix: bool,
+    /// Where the file fuses this matrix with others (Phi-3's Q|K|V): its rows in
+    /// that tensor. Loaders read them as a tensor of their own, named `name`.
+    pub rows_of: Option<RowsOf>,
+}
+
+/// Rows `[row0, row0 + rows)` of `tensor`, a matrix of `total` rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowsOf {
+    pub tensor: String,
+    pub row0: usize,
+    pub total: usize,
 }
 
 impl TensorSpec {
@@ -28,6 +39,7 @@ impl TensorSpec {
             rows,
             cols,
             matrix: true,
+            rows_of: None,
         }
     }
 
@@ -37,27 +49,43 @@ impl TensorSpec {
             rows: 1,
             cols: len,
             matrix: false,
+            rows_of: None,
         }
+    }
+
+    /// This matrix as rows `row0..` of `tensor`, a matrix of `total` rows.
+    pub fn in_rows_of(self, tensor: String, row0: usize, total: usize) -> TensorSpec {
+        let rows_of = Some(RowsOf {
+            tensor,
+            row0,
+            total,
+        });
+        TensorSpec { rows_of, ..self }
+    }
+
+    /// The file's tensor that holds it.
+    pub fn stored_as(&self) -> &str {
+        self.rows_of.as_ref().map_or(&self.name, |r| &r.tensor)
     }
 }
 
 /// Layer `i`'s tensors, as its family has them.
 pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
-    c.arch
-        .family()
+    let family = c.arch.family();
+    family
         .layer_tensors(c, i)
         .into_iter()
-        .map(|t| t.spec(c, i))
+        .map(|t| family.layer_spec(t, c, i))
         .collect()
 }
 
 /// Tensors outside the layers.
 pub fn global_specs(c: &Config) -> Vec<TensorSpec> {
-    c.arch
-        .family()
+    let family = c.arch.family();
+    family
         .global_tensors(c)
         .into_iter()
-        .map(|t| t.spec(c))
+        .map(|t| family.global_spec(t, c))
         .collect()
 }
 
@@ -68,9 +96,10 @@ pub const ROWS_PER_LUT_2BIT_KEY: &str = "pippin.palette.rows_per_lut_2bit";
 
 /// How a weight is stored: one GGUF tensor, or a palette (`<name>.pidx` packed
 /// indices + `<name>.plut` f16 tables) written by `pippin convert`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Stored<'a> {
-    Plain(&'a TensorInfo),
+    /// A tensor of the file, or rows of one (`TensorSpec::rows_of`).
+    Plain(TensorInfo),
     Palette {
         idx: &'a TensorInfo,
         lut: &'a TensorInfo,
@@ -88,7 +117,7 @@ impl Stored<'_> {
         s: &TensorSpec,
     ) -> Result<Vec<f32>> {
         match *self {
-            Stored::Plain(t) => g.read_f32(r, t),
+            Stored::Plain(ref t) => g.read_f32(r, t),
             Stored::Palette {
                 idx,
                 lut,
@@ -107,7 +136,7 @@ impl Stored<'_> {
 
 /// Finds a weight, plain or palettized, and checks its shape.
 pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
-    if g.tensor(&s.name).is_some() || !s.matrix {
+    if s.rows_of.is_some() || g.tensor(&s.name).is_some() || !s.matrix {
         return find(g, s).map(Stored::Plain);
     }
     let (pidx, plut) = (format!("{}.pidx", s.name), format!("{}.plut", s.name));
@@ -163,19 +192,26 @@ fn rows_per_lut(g: &Gguf, bits: u32) -> Option<usize> {
     two.or_else(|| key(ROWS_PER_LUT_KEY))
 }
 
-/// Finds a tensor and checks that its shape is the expected one.
-pub fn find<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<&'a crate::gguf::TensorInfo> {
+/// Finds a tensor and checks that its shape is the expected one; rows of a fused
+/// tensor come back as a tensor of their own, named as the spec is.
+pub fn find(g: &Gguf, s: &TensorSpec) -> Result<TensorInfo> {
+    let name = s.stored_as();
     let t = g
-        .tensor(&s.name)
-        .ok_or_else(|| Error::gguf(format!("tensor {} is missing", s.name)))?;
-    let (rows, cols) = t.rows_cols();
-    if (rows, cols) != (s.rows as u64, s.cols as u64) || t.dims.len() > 2 {
+        .tensor(name)
+        .ok_or_else(|| Error::gguf(format!("tensor {name} is missing")))?;
+    let rows = s.rows_of.as_ref().map_or(s.rows, |r| r.total);
+    if t.rows_cols() != (rows as u64, s.cols as u64) || t.dims.len() > 2 {
         return Err(Error::gguf(format!(
-            "tensor {} has shape {:?}, expected [{}, {}]",
-            s.name, t.dims, s.cols, s.rows
+            "tensor {name} has shape {:?}, expected [{}, {rows}]",
+            t.dims, s.cols
         )));
     }
-    Ok(t)
+    match &s.rows_of {
+        None => Ok(t.clone()),
+        Some(r) => t
+            .rows(s.name.clone(), r.row0 as u64, s.rows as u64)
+            .ok_or_else(|| Error::gguf(format!("{name} has no rows {}..", r.row0))),
+    }
 }
 
 /// One layer's weights: matrices of type `M` (f32 in the reference, quantized in the
@@ -250,10 +286,8 @@ impl<M> Weights<M> {
         mut read: impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
     ) -> Result<Weights<M>> {
         let family = c.arch.family();
-        let mut g = Taken::new(
-            family.global_tensors(c).into_iter().map(|t| (t, t.spec(c))),
-            &mut read,
-        )?;
+        let globals = family.global_tensors(c).into_iter();
+        let mut g = Taken::new(globals.map(|t| (t, family.global_spec(t, c))), &mut read)?;
         let token_embd = g.matrix(GlobalTensor::Embedding)?;
         let output_norm = g.vector(GlobalTensor::OutputNorm)?;
         let output = g.optional_matrix(GlobalTensor::Output)?;
@@ -262,7 +296,7 @@ impl<M> Weights<M> {
         for i in 0..c.n_layers {
             use LayerTensor::*;
             let specs = family.layer_tensors(c, i).into_iter();
-            let mut t = Taken::new(specs.map(|t| (t, t.spec(c, i))), &mut read)?;
+            let mut t = Taken::new(specs.map(|t| (t, family.layer_spec(t, c, i))), &mut read)?;
             layers.push(Layer {
                 attn_norm: t.vector(AttnNorm)?,
                 wq: t.matrix(Q)?,
@@ -352,16 +386,26 @@ pub enum Role {
     Tables(TensorSpec),
 }
 
-/// The tensors the model needs, by GGUF name, each checked present with its shape
-/// before any upload.
-pub fn roles(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
+/// What a loader reads: the tensors (rows of a fused one as tensors of their own), in
+/// file order, and what each is, by name.
+pub struct Reads {
+    pub tensors: Vec<TensorInfo>,
+    pub roles: HashMap<String, Role>,
+}
+
+/// The tensors the model needs, each checked present with its shape before any
+/// upload.
+pub fn roles(gguf: &Gguf, config: &Config) -> Result<Reads> {
     let all = global_specs(config)
         .into_iter()
         .chain((0..config.n_layers).flat_map(|i| layer_specs(config, i)));
-    let mut roles = HashMap::new();
+    let (mut tensors, mut roles) = (Vec::new(), HashMap::new());
     for s in all {
         match locate(gguf, &s)? {
-            Stored::Plain(t) => roles.insert(t.name.clone(), Role::Whole(s)),
+            Stored::Plain(t) => {
+                roles.insert(t.name.clone(), Role::Whole(s));
+                tensors.push(t);
+            }
             Stored::Palette {
                 idx,
                 lut,
@@ -369,11 +413,13 @@ pub fn roles(gguf: &Gguf, config: &Config) -> Result<HashMap<String, Role>> {
                 rows_per_lut,
             } => {
                 roles.insert(lut.name.clone(), Role::Tables(s.clone()));
-                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut))
+                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut));
+                tensors.extend([idx.clone(), lut.clone()]);
             }
         };
     }
-    Ok(roles)
+    tensors.sort_by_key(|t| (t.shard, t.offset));
+    Ok(Reads { tensors, roles })
 }
 
 /// A clear error for a tensor type Pippin cannot decode.

@@ -220,6 +220,23 @@ impl Spec {
                 put(&mut w, &format!("{a}.{k}"), Value::F32(v));
             }
         }
+        if a == "phi3" {
+            // RoPE on three quarters of each head (Phi-4-mini's share), LongRoPE's
+            // attention factor, and an original context the short factors cover.
+            let rope_dim = (self.head_dim * 3 / 4) & !1;
+            put(
+                &mut w,
+                &format!("{a}.rope.dimension_count"),
+                Value::U32(rope_dim as u32),
+            );
+            put(
+                &mut w,
+                &format!("{a}.rope.scaling.attn_factor"),
+                Value::F32(1.2),
+            );
+            let original = format!("{a}.rope.scaling.original_context_length");
+            put(&mut w, &original, Value::U32(128));
+        }
         if a == "gemma2" {
             for (k, v) in [
                 ("attn_logit_softcapping", 0.5),
@@ -277,17 +294,26 @@ impl Spec {
         let h = self.hidden;
         tensor(&mut w, "token_embd.weight".into(), &[h, self.vocab], false);
         tensor(&mut w, "output_norm.weight".into(), &[h], true);
+        if a == "phi3" {
+            // Divisors around 1 (written as norms are: 1 ± 0.2).
+            let half = (self.head_dim * 3 / 4) / 2;
+            tensor(&mut w, "rope_factors_short.weight".into(), &[half], true);
+            tensor(&mut w, "rope_factors_long.weight".into(), &[half], true);
+        }
         // The layers as the family has them (an unknown family: llama's).
         let c = self.config();
+        let family = c.arch.family();
         for l in 0..self.layers {
-            for t in c.arch.family().layer_tensors(&c, l) {
-                let s = t.spec(&c, l);
-                let dims = if s.matrix {
-                    vec![s.cols, s.rows]
-                } else {
-                    vec![s.cols]
+            for t in family.layer_tensors(&c, l) {
+                let s = family.layer_spec(t, &c, l);
+                let (name, dims) = match (&s.rows_of, s.matrix) {
+                    // A fused tensor, written once, with its first part.
+                    (Some(r), _) if r.row0 > 0 => continue,
+                    (Some(r), _) => (r.tensor.clone(), vec![s.cols, r.total]),
+                    (None, true) => (s.name, vec![s.cols, s.rows]),
+                    (None, false) => (s.name, vec![s.cols]),
                 };
-                tensor(&mut w, s.name, &dims, !s.matrix);
+                tensor(&mut w, name, &dims, !s.matrix);
             }
         }
         w.to_bytes().expect("a synthetic model serializes")

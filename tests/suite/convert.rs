@@ -421,6 +421,17 @@ fn unsupported_tensor_types_and_corrupt_inputs_are_clear_errors_without_output()
     );
     nothing_written();
 
+    // A family whose files fuse matrices (phi3: Q|K|V, gate|up) is refused by name.
+    let phi3 = pippin::testing::synthetic::Spec {
+        arch: "phi3",
+        ..pippin::testing::synthetic::Spec::llama()
+    };
+    phi3.write(&dir.join("phi3.gguf")).unwrap();
+    let e = convert::convert(&dir.join("phi3.gguf"), &out, &four_bits(), log).unwrap_err();
+    assert_eq!(e.code(), "Unsupported", "{e}");
+    assert!(e.to_string().contains("phi3"), "{e}");
+    nothing_written();
+
     let mut flipped = bytes.clone();
     flipped[5] ^= 0x40; // the version
     std::fs::write(dir.join("flip.gguf"), &flipped).unwrap();

@@ -332,12 +332,40 @@ fn family_parts_missing_or_wrong_are_named() {
     for (key, v) in [
         ("granite.residual_scale", 0.0),
         ("granite.logit_scale", f32::NAN),
+        ("gemma2.attn_logit_softcapping", -50.0),
+        ("phi3.rope.scaling.attn_factor", f32::INFINITY),
     ] {
+        let base = match key.split('.').next().unwrap() {
+            "gemma2" => Spec::gemma2(8),
+            arch => Spec {
+                arch,
+                ..Spec::llama()
+            },
+        };
         let s = Spec {
-            arch: "granite",
             extra: vec![(key.into(), Value::F32(v))],
-            ..Spec::llama()
+            ..base
         };
         refused(key, &s.bytes(), &[key, "positive"]);
     }
+    // Phi-3's fused matrices: one missing, one of the wrong width.
+    let phi3 = || Spec {
+        arch: "phi3",
+        ..Spec::llama()
+    };
+    let s = Spec {
+        drop: vec!["blk.1.attn_qkv.weight".into()],
+        ..phi3()
+    };
+    refused(
+        "phi3-no-qkv",
+        &s.bytes(),
+        &["blk.1.attn_qkv.weight", "missing"],
+    );
+    let bytes = with_dim0(phi3().bytes(), "blk.0.ffn_up.weight", 32);
+    refused(
+        "phi3-narrow-gate-up",
+        &bytes,
+        &["blk.0.ffn_up.weight", "shape"],
+    );
 }

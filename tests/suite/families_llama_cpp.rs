@@ -1,6 +1,7 @@
 //! Families no real checkpoint of which is here — qwen2 (Q/K/V biases, half-split
 //! RoPE), granite (four multipliers), smollm3 (layers without RoPE), gemma2 (soft-caps,
-//! windows on alternate layers, Gemma's norms and GELU) — on files of
+//! windows on alternate layers, Gemma's norms and GELU), phi3 (fused Q|K|V and
+//! gate|up, partial RoPE with LongRoPE factors) — on files of
 //! SmolLM2's real tensors laid out as each family's are, with the family's own parts
 //! (scripts/lib/make_families.py, run by scripts/fetch-fixtures), against llama.cpp
 //! on the same files: each step's logits teacher-forced, the greedy tokens llama.cpp
@@ -22,7 +23,7 @@ use pippin::sampler::argmax;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 4] = ["qwen2", "granite", "smollm3", "gemma2"];
+const FAMILIES: [&str; 5] = ["qwen2", "granite", "smollm3", "gemma2", "phi3"];
 
 /// How far our mean NLL may be from llama.cpp's, in nats per token. The reference is
 /// llama.cpp on an f32 copy of the file (no 8-bit activations): measured, the three

@@ -88,6 +88,8 @@ fn rope_both_styles_partial_dims_qk_norm_and_none() {
         (config(3, 1, 96, RopeStyle::Adjacent, 64), 4000, true, true),
         (config(4, 2, 64, RopeStyle::HalfSplit, 64), 300, true, false),
         (config(2, 1, 32, RopeStyle::Adjacent, 32), 9, false, false),
+        // Phi-4-mini's shape: RoPE on 3/4 of each head, LongRoPE's attention factor.
+        (phi3_like(), 70, false, true),
     ];
     for (cfg, pos0, qk_norm, rotate) in cases {
         let t = 3;
@@ -112,8 +114,9 @@ fn rope_both_styles_partial_dims_qk_norm_and_none() {
             }
             let freqs = if rotate { &freqs[..] } else { &[] };
             let (qd, kd, hd, style) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_style);
-            reference::rope(&mut q, qd, hd, style, freqs, pos0 + ti);
-            reference::rope(&mut k, kd, hd, style, freqs, pos0 + ti);
+            let (pos, m) = (pos0 + ti, cfg.rope_mscale);
+            reference::rope_scaled(&mut q, qd, hd, style, freqs, pos, m);
+            reference::rope_scaled(&mut k, kd, hd, style, freqs, pos, m);
             let g = &got[ti * stride..][..stride];
             assert!(max_diff(&g[..cfg.q_dim()], &q) < 1e-5, "{cfg:?} q");
             assert!(
@@ -126,6 +129,14 @@ fn rope_both_styles_partial_dims_qk_norm_and_none() {
                 "v untouched"
             );
         }
+    }
+}
+
+/// 8 heads of 128 over 2, RoPE on 96 dimensions of each, cos and sin × 1.19.
+fn phi3_like() -> Config {
+    Config {
+        rope_mscale: 1.19,
+        ..config(8, 2, 128, RopeStyle::HalfSplit, 96)
     }
 }
 
@@ -347,7 +358,15 @@ fn fused_decode_case(
                 v = reference::rmsnorm(&v, w, cfg.rms_eps);
             }
             let len = v.len();
-            reference::rope(&mut v, len, hd, cfg.rope_style, rotated, pos);
+            reference::rope_scaled(
+                &mut v,
+                len,
+                hd,
+                cfg.rope_style,
+                rotated,
+                pos,
+                cfg.rope_mscale,
+            );
             row[part].copy_from_slice(&v);
         }
     }
@@ -397,6 +416,7 @@ fn one_pass_decode_attention_shapes_and_lengths() {
         (config(16, 1, 64, RopeStyle::Adjacent, 64), false),
         (config(2, 2, 128, RopeStyle::HalfSplit, 128), true),
         (config(3, 1, 96, RopeStyle::Adjacent, 64), false),
+        (phi3_like(), false),
     ] {
         for kv_len in [1, 2, 63, 64, 65, 130] {
             let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm, true);

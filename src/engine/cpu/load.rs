@@ -5,7 +5,7 @@
 use super::matrix::QMatrix;
 use super::team::Team;
 use crate::error::{Error, Result};
-use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, TensorInfo, Window};
+use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, Window};
 use crate::model::weights::{decodable, roles, Role, Tensor};
 use crate::model::{Config, Reference, Weights};
 use crate::quant;
@@ -36,23 +36,18 @@ pub async fn load_shared<S: ByteSource>(
     let gguf = read_streamed_header(&mut w, progress).await?;
     let mut config = Config::from_gguf(&gguf)?;
     config.context_length = config.context_length.min(max_context.max(1));
-    let roles = roles(&gguf, &config)?;
+    let reads = roles(&gguf, &config)?;
+    let roles = &reads.roles;
     // Every plain tensor decodable before any weight is read.
-    for t in &gguf.tensors {
+    for t in &reads.tensors {
         if let Some(Role::Whole(_)) = roles.get(&t.name) {
             decodable(t)?;
         }
     }
     check(&gguf)?;
-    let mut order: Vec<&TensorInfo> = gguf
-        .tensors
-        .iter()
-        .filter(|t| roles.contains_key(&t.name))
-        .collect();
-    order.sort_by_key(|t| (t.shard, t.offset));
     let mut read: HashMap<String, Tensor<QMatrix>> = HashMap::new();
     let mut halves: HashMap<String, Vec<u8>> = HashMap::new();
-    for (id, t) in (0u32..).zip(order) {
+    for (id, t) in (0u32..).zip(&reads.tensors) {
         let bytes = w.take(t.shard, gguf.start(t), t.n_bytes, &t.name).await?;
         match &roles[&t.name] {
             Role::Whole(s) if s.matrix => {
@@ -76,7 +71,7 @@ pub async fn load_shared<S: ByteSource>(
                     Role::Indices(..) => (bytes, other),
                     _ => (other, bytes),
                 };
-                let (bits, rows_per_lut) = palette_of(&roles, &s.name);
+                let (bits, rows_per_lut) = palette_of(roles, &s.name);
                 let m = QMatrix::palette(bits, (s.rows, s.cols), rows_per_lut, &idx, &lut)?;
                 read.insert(s.name.clone(), Tensor::Matrix(m));
             }

@@ -9,11 +9,10 @@
 use super::{GpuModel, Uploaded};
 use crate::engine::{GpuSession, SessionOptions};
 use crate::error::Result;
-use crate::gguf::Gguf;
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::Kernels;
-use crate::model::weights::Role;
+use crate::model::weights::{Reads, Role};
 use crate::model::Config;
 use crate::quant::gpu_layout;
 use std::collections::HashMap;
@@ -26,26 +25,21 @@ pub(super) fn precompile(
     gpu: &Gpu,
     kernels: &Arc<Kernels>,
     config: &Config,
-    gguf: &Gguf,
-    roles: &HashMap<String, Role>,
+    reads: &Reads,
     opts: &SessionOptions,
 ) -> Result<()> {
     let shadow = gpu.shadow();
-    let up = stand_ins(&shadow, gguf, roles)?;
+    let up = stand_ins(&shadow, reads)?;
     let model = GpuModel::assemble(shadow, kernels.clone(), config.clone(), up)?;
     GpuSession::new(&model, opts.clone())?.warm(&model)
 }
 
 /// A placeholder for every tensor the model reads, of its real format and shape.
-fn stand_ins(
-    shadow: &Gpu,
-    gguf: &Gguf,
-    roles: &HashMap<String, Role>,
-) -> Result<HashMap<String, Uploaded>> {
+fn stand_ins(shadow: &Gpu, reads: &Reads) -> Result<HashMap<String, Uploaded>> {
     let max = shadow.max_binding();
     let mut up = HashMap::new();
-    for t in &gguf.tensors {
-        let (name, u) = match roles.get(&t.name) {
+    for t in &reads.tensors {
+        let (name, u) = match reads.roles.get(&t.name) {
             Some(Role::Whole(s)) if s.matrix => {
                 let format = GpuMatrix::format_of(t.ty, s.cols)?;
                 let m = GpuMatrix::empty(shadow, &t.name, format, 0, (s.rows, s.cols), max)?;

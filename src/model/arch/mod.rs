@@ -9,6 +9,7 @@ mod gemma3;
 mod granite;
 mod keys;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod smollm3;
@@ -19,6 +20,7 @@ pub use keys::Keys;
 pub use tensors::{GlobalTensor, LayerTensor};
 
 use super::config::Config;
+use super::weights::TensorSpec;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 
@@ -42,10 +44,12 @@ pub enum Arch {
     /// Gemma 2: Gemma's block without QK-norm, soft-capped attention scores and
     /// logits, a sliding window on every other layer.
     Gemma2,
+    /// Phi-3, Phi-3.5, Phi-4-mini: fused Q|K|V and gate|up, partial RoPE, LongRoPE.
+    Phi3,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Llama,
         Arch::Qwen3,
         Arch::Gemma3,
@@ -53,6 +57,7 @@ impl Arch {
         Arch::Granite,
         Arch::Smollm3,
         Arch::Gemma2,
+        Arch::Phi3,
     ];
 
     /// What the family reads and has.
@@ -65,6 +70,7 @@ impl Arch {
             Arch::Granite => &granite::Granite,
             Arch::Smollm3 => &smollm3::Smollm3,
             Arch::Gemma2 => &gemma2::Gemma2,
+            Arch::Phi3 => &phi3::Phi3,
         }
     }
 
@@ -104,6 +110,17 @@ pub trait Family: Sync {
         tensors::standard_layer(c)
     }
 
+    /// Layer `l`'s tensor `t` as the family's files store it: a tensor of its own
+    /// (by default), or rows of a fused one (`TensorSpec::in_rows_of`).
+    fn layer_spec(&self, t: LayerTensor, c: &Config, l: usize) -> TensorSpec {
+        t.spec(c, l)
+    }
+
+    /// Tensor `t` outside the layers as the family's files store it.
+    fn global_spec(&self, t: GlobalTensor, c: &Config) -> TensorSpec {
+        t.spec(c)
+    }
+
     /// How layer `l` runs (`Block`'s steps).
     fn block(&self, c: &Config, l: usize) -> Block {
         Block::standard(c, l)
@@ -129,17 +146,22 @@ pub fn config_of(g: &Gguf) -> Result<Config> {
     cfg.validate()?;
     let mut used = std::collections::HashSet::new();
     for l in 0..cfg.n_layers {
-        let tensors = family.layer_tensors(&cfg, l);
-        for t in &tensors {
-            let n = t.name(l);
-            if g.tensor(&n).is_none() && g.tensor(&format!("{n}.pidx")).is_none() {
-                let all: Vec<_> = tensors.iter().map(|t| t.name(l)).collect();
+        let specs: Vec<_> = family
+            .layer_tensors(&cfg, l)
+            .into_iter()
+            .map(|t| family.layer_spec(t, &cfg, l))
+            .collect();
+        for s in &specs {
+            let n = s.stored_as();
+            if g.tensor(n).is_none() && g.tensor(&format!("{n}.pidx")).is_none() {
+                let mut all: Vec<_> = specs.iter().map(|s| s.stored_as()).collect();
+                all.dedup();
                 return Err(Error::gguf(format!(
                     "tensor {n} is missing (a {name} layer has {})",
                     all.join(", ")
                 )));
             }
-            used.insert(n);
+            used.insert(n.to_string());
         }
     }
     // A bias changes every output: one the forwards would not add is an error, not

@@ -29,6 +29,10 @@ pub enum LayerTensor {
     QBias,
     KBias,
     VBias,
+    /// Q, K and V in one matrix, their rows in that order (Phi-3).
+    Qkv,
+    /// Gate and up in one matrix, gate's rows first (Phi-3).
+    GateUp,
 }
 
 impl LayerTensor {
@@ -52,6 +56,8 @@ impl LayerTensor {
             QBias => "attn_q",
             KBias => "attn_k",
             VBias => "attn_v",
+            Qkv => "attn_qkv",
+            GateUp => "ffn_up",
         }
     }
 
@@ -98,7 +104,16 @@ impl LayerTensor {
                 let (rows, cols) = p.shape(c);
                 TensorSpec::matrix(name, rows, cols)
             }
+            Qkv => TensorSpec::matrix(name, c.q_dim() + 2 * c.kv_dim(), c.hidden),
+            GateUp => TensorSpec::matrix(name, 2 * c.ffn_dim, c.hidden),
         }
+    }
+
+    /// Its spec in layer `l` as rows of `fused` (`Qkv`, `GateUp`), after `before`
+    /// rows of the matrices that precede it there.
+    pub fn in_fused(self, fused: LayerTensor, before: usize, c: &Config, l: usize) -> TensorSpec {
+        let total = fused.spec(c, l).rows;
+        self.spec(c, l).in_rows_of(fused.name(l), before, total)
     }
 }
 
@@ -130,6 +145,10 @@ pub enum GlobalTensor {
     Output,
     /// Llama 3's per-frequency RoPE divisors.
     RopeFreqs,
+    /// LongRoPE's divisors for contexts within the original length (Phi-3), and
+    /// beyond it.
+    RopeFactorsShort,
+    RopeFactorsLong,
 }
 
 impl GlobalTensor {
@@ -139,6 +158,8 @@ impl GlobalTensor {
             GlobalTensor::OutputNorm => "output_norm.weight",
             GlobalTensor::Output => "output.weight",
             GlobalTensor::RopeFreqs => "rope_freqs.weight",
+            GlobalTensor::RopeFactorsShort => "rope_factors_short.weight",
+            GlobalTensor::RopeFactorsLong => "rope_factors_long.weight",
         }
     }
 
@@ -149,7 +170,9 @@ impl GlobalTensor {
                 TensorSpec::matrix(name, c.vocab_size, c.hidden)
             }
             GlobalTensor::OutputNorm => TensorSpec::vector(name, c.hidden),
-            GlobalTensor::RopeFreqs => TensorSpec::vector(name, c.rope_dim / 2),
+            GlobalTensor::RopeFreqs
+            | GlobalTensor::RopeFactorsShort
+            | GlobalTensor::RopeFactorsLong => TensorSpec::vector(name, c.rope_dim / 2),
         }
     }
 }
