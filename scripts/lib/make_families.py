@@ -19,13 +19,17 @@ them; llama.cpp (llama-cpp-python 0.3.36) runs them:
            embeddings scaled by sqrt(hidden), attention scores and logits
            soft-capped (caps low enough to bend them), a 32-token window on even
            layers (the NLL text is longer: the window is crossed)
+  lfm2     gated short-convolution blocks (B|C|x in one in_proj, 3 taps) on two of
+           every three layers, GQA with QK-norm and half-split RoPE on the others
+           (`attention.head_count_kv` per layer, 0 for a convolution), the final
+           norm stored as token_embd_norm
 
 llama.cpp runs an f32 copy of each file (its blocks dequantized by gguf-py): the same
 weights, but without the 8-bit rounding of activations llama.cpp applies in quantized
 dot products, which on these files moves single logits by up to 8 (checked: the f32
 copy agrees with Pippin where the quantized file does not). So the reference can be
 compared tightly. For each file: greedy tokens with each step's top 5 logits and
-margin, and the mean NLL of a text. usage: make_families.py SRC OUT_DIR TEXT
+margin, and the mean NLL of a text. usage: make_families.py SRC OUT_DIR TEXT [FAMILY...]
 """
 import json
 import math
@@ -74,7 +78,10 @@ def write(src: str, out: Path, arch: str, extra_kv, tensor_fn):
     writer = gguf.GGUFWriter(str(out), arch)
     copy_fields(reader, writer, arch, skip={f"llama.{key}" for key, _, _ in extra_kv})
     for key, value, vtype in extra_kv:
-        writer.add_key_value(f"{arch}.{key}", value, vtype)
+        if isinstance(value, list):
+            writer.add_array(f"{arch}.{key}", value)
+        else:
+            writer.add_key_value(f"{arch}.{key}", value, vtype)
     by_name = {t.name: t for t in reader.tensors}
     for t in reader.tensors:
         for name, data, dtype in tensor_fn(t, n_head, n_kv, by_name):
@@ -148,6 +155,56 @@ def phi3_tensors(t, n_head, n_kv, by_name):
                 gguf.GGMLQuantizationType.F32
 
 
+LFM2_TAPS = 3
+LFM2_LAYERS = 30
+
+
+def lfm2_attends(layer: int) -> bool:
+    return layer % 3 == 2
+
+
+def lfm2_tensors(t, n_head, n_kv, by_name):
+    """A convolution layer's in_proj is B|C|x, each hidden x hidden, made of rows of
+    the layer's Q4_1 matrices: B = attn_q, C = attn_k|attn_v|ffn_gate[:192],
+    x = ffn_gate[192:768]; out_proj = attn_output."""
+    name, f32 = t.name, gguf.GGMLQuantizationType.F32
+    if name == "output_norm.weight":
+        yield "token_embd_norm.weight", t.data, t.tensor_type
+        return
+    if not name.startswith("blk."):
+        yield name, t.data, t.tensor_type
+        return
+    layer = int(name.split(".")[1])
+    blk = f"blk.{layer}."
+    part = name[len(blk):]
+    rows = lambda n: np.asarray(by_name[blk + n].data)
+    if lfm2_attends(layer):
+        if part in ("attn_q.weight", "attn_k.weight"):
+            heads = n_head if part == "attn_q.weight" else n_kv
+            yield name, unpermute(np.asarray(t.data), heads), t.tensor_type
+        else:
+            yield name, t.data, t.tensor_type
+        if part == "attn_norm.weight":
+            hd = t.data.shape[0] // n_head
+            yield blk + "attn_q_norm.weight", 1.0 + wave(hd, layer + 1.0, 0.3), f32
+            yield blk + "attn_k_norm.weight", 1.0 + wave(hd, layer + 2.0, 0.3), f32
+        return
+    if part == "attn_q.weight":
+        hidden = t.data.shape[0]
+        kv_rows = rows("attn_k.weight").shape[0]
+        gate = rows("ffn_gate.weight")
+        c = np.concatenate([rows("attn_k.weight"), rows("attn_v.weight"), gate[:hidden - 2 * kv_rows]])
+        x = gate[hidden - 2 * kv_rows:2 * hidden - 2 * kv_rows]
+        yield blk + "shortconv.in_proj.weight", np.concatenate([rows("attn_q.weight"), c, x]), \
+            t.tensor_type
+        taps = wave(hidden * LFM2_TAPS, layer + 0.5, 0.15).reshape(hidden, LFM2_TAPS)
+        yield blk + "shortconv.conv.weight", taps, f32
+    elif part == "attn_output.weight":
+        yield blk + "shortconv.out_proj.weight", t.data, t.tensor_type
+    elif part not in ("attn_k.weight", "attn_v.weight"):
+        yield name, t.data, t.tensor_type
+
+
 F32 = gguf.GGUFValueType.FLOAT32
 U32 = gguf.GGUFValueType.UINT32
 FAMILIES = {
@@ -160,6 +217,10 @@ FAMILIES = {
               ("rope.scaling.original_context_length", 4096, U32)], phi3_tensors),
     "gemma2": ([("attn_logit_softcapping", 4.0, F32), ("final_logit_softcapping", 8.0, F32),
                 ("attention.sliding_window", 32, U32)], gemma2_tensors),
+    "lfm2": ([("shortconv.l_cache", LFM2_TAPS, U32),
+              ("attention.head_count_kv", [3 if lfm2_attends(l) else 0
+                                           for l in range(LFM2_LAYERS)], None)],
+             lfm2_tensors),
 }
 
 
@@ -231,7 +292,10 @@ def main(src: str, out_dir: str, text_path: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = Path(text_path).read_text()
+    only = set(sys.argv[4:])
     for arch, (kv, tensors) in FAMILIES.items():
+        if only and arch not in only:
+            continue
         path = out / f"{arch}.gguf"
         write(src, path, arch, kv, tensors)
         ref = reference(path, text)
@@ -241,6 +305,6 @@ def main(src: str, out_dir: str, text_path: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) < 4:
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    main(*sys.argv[1:4])

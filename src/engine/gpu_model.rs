@@ -32,6 +32,9 @@ pub struct GpuLayer {
     pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
     /// The Q, K and V biases side by side, as a qkv row (Qwen2).
     pub qkv_bias: Option<wgpu::Buffer>,
+    /// A convolution layer's taps, `[hidden][taps]` (LFM2; its Q, K, V are B, C, x
+    /// and O its out_proj).
+    pub conv: Option<wgpu::Buffer>,
 }
 
 /// Device, kernels and weights: what every session of one model shares.
@@ -261,7 +264,9 @@ impl GpuModel {
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             use LayerTensor as T;
-            let mut m = |t: T| matrix(take(&t.name(i))?);
+            let has = family.layer_tensors(&config, i);
+            let mut get = |t: T| take(&family.layer_spec(t, &config, i).name);
+            let mut m = |t: T| matrix(get(t)?);
             let (wq, wk, wv, wo, gate, up, down) = (
                 m(T::Q)?,
                 m(T::K)?,
@@ -271,24 +276,28 @@ impl GpuModel {
                 m(T::Up)?,
                 m(T::Down)?,
             );
-            let mut vec = |t: T| vector(take(&t.name(i))?);
-            let qk_norm = if config.qk_norm {
+            let mut vec = |t: T| vector(get(t)?);
+            let qk_norm = if has.contains(&T::QNorm) {
                 let (q, k) = (vec(T::QNorm)?.1, vec(T::KNorm)?.1);
                 Some(gpu.upload_f32("QK-norm", &[q, k].concat())?)
             } else {
                 None
             };
-            let qkv_bias = if config.qkv_bias {
+            let qkv_bias = if has.contains(&T::QBias) {
                 let (q, k, v) = (vec(T::QBias)?.1, vec(T::KBias)?.1, vec(T::VBias)?.1);
                 Some(gpu.upload_f32("QKV bias", &[q, k, v].concat())?)
             } else {
                 None
             };
             let mut v = |t: T| Ok::<_, Error>(vec(t)?.0);
-            let post_norms = if config.post_norms {
+            let post_norms = if has.contains(&T::PostAttnNorm) {
                 Some((v(T::PostAttnNorm)?, v(T::PostFfnNorm)?))
             } else {
                 None
+            };
+            let conv = match has.contains(&T::ConvTaps) {
+                true => Some(v(T::ConvTaps)?),
+                false => None,
             };
             layers.push(GpuLayer {
                 attn_norm: v(T::AttnNorm)?,
@@ -300,6 +309,7 @@ impl GpuModel {
                 qk_norm,
                 post_norms,
                 qkv_bias,
+                conv,
             });
         }
         let weight_bytes = layers

@@ -176,9 +176,12 @@ impl GpuSession {
             read_choice: [g.readback(z.read_choice), g.readback(z.read_choice)],
         };
         let cache = (0..c.n_layers)
-            .map(|l| {
-                let window = c.block(l).cache_window();
-                LayerCache::with_window(g, c, opts.kv, opts.max_context, window, opts.chunk)
+            .map(|l| match c.is_conv(l) {
+                true => LayerCache::conv(g, c),
+                false => {
+                    let window = c.block(l).cache_window();
+                    LayerCache::with_window(g, c, opts.kv, opts.max_context, window, opts.chunk)
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         let topk = TopK::new(g, c.vocab_size)?;

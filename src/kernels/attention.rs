@@ -9,6 +9,7 @@
 use super::{Groups, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::model::short_conv::CONV_ROLLBACK;
 use crate::model::Config;
 use crate::quant::kv::KvFormat;
 
@@ -76,6 +77,23 @@ impl LayerCache {
         })
     }
 
+    /// A convolution layer's state (LFM2) in the place of its cache: `k` is the ring
+    /// of B ⊙ x rows (`CacheSize::conv`), the other buffers are unused; `window` is
+    /// the taps, so a ring that no longer holds what position `len` convolves is
+    /// noticed as a sliding window's is (`GpuSession::truncate`).
+    pub fn conv(gpu: &Gpu, c: &Config) -> Result<LayerCache> {
+        let s = CacheSize::conv(c);
+        let unused = || gpu.storage("unused", 4);
+        Ok(LayerCache {
+            k: gpu.storage("convolution state", s.values)?,
+            v: unused()?,
+            k_scales: unused()?,
+            v_scales: unused()?,
+            slots: s.slots,
+            window: c.conv_taps,
+        })
+    }
+
     pub fn bytes(&self) -> u64 {
         self.k.size() + self.v.size() + self.k_scales.size() + self.v_scales.size()
     }
@@ -90,6 +108,8 @@ pub struct CacheSize {
     pub values: u64,
     /// Bytes of K's scales (and of V's).
     pub scales: u64,
+    /// A convolution layer's state: `values` bytes of f32 rows, nothing else.
+    pub conv: bool,
 }
 
 impl CacheSize {
@@ -118,11 +138,28 @@ impl CacheSize {
             slots,
             values: (words * 4).max(4),
             scales: scales * 4,
+            conv: false,
         })
     }
 
+    /// A convolution layer's state: the B ⊙ x rows (f32) of the positions its taps
+    /// reach and `CONV_ROLLBACK` more (what a conversation may be cut back by).
+    pub fn conv(c: &Config) -> CacheSize {
+        let slots = CONV_ROLLBACK + c.conv_taps;
+        CacheSize {
+            slots,
+            values: (slots * c.hidden * 4) as u64,
+            scales: 0,
+            conv: true,
+        }
+    }
+
+    /// Bytes of the layer's buffers.
     pub fn bytes(&self) -> u64 {
-        2 * (self.values + self.scales)
+        match self.conv {
+            true => self.values,
+            false => 2 * (self.values + self.scales),
+        }
     }
 }
 

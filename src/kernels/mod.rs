@@ -7,6 +7,7 @@ pub mod attention;
 pub mod elementwise;
 pub mod matmul;
 pub mod sample;
+pub mod short_conv;
 pub mod stacked;
 
 use crate::error::{Error, Result};
@@ -33,6 +34,7 @@ pub enum Shader {
     AttentionPrefill,
     Glu,
     BiasAdd,
+    ShortConv,
     TopK,
     Penalty,
     Choose,
@@ -76,6 +78,7 @@ impl Shader {
             Shader::AttentionPrefill => shader!("attention_prefill.wgsl"),
             Shader::Glu => shader!("glu.wgsl"),
             Shader::BiasAdd => shader!("bias_add.wgsl"),
+            Shader::ShortConv => shader!("short_conv.wgsl"),
             Shader::TopK => shader!("topk.wgsl"),
             Shader::Penalty => shader!("penalty.wgsl"),
             Shader::Choose => shader!("choose.wgsl"),
@@ -102,6 +105,8 @@ impl Shader {
             Shader::KvWrite => &[U, W, W, W, W, R],
             Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
             Shader::AttentionReduce | Shader::Glu | Shader::BiasAdd => &[U, R, W],
+            // step, B|C|x rows, taps, the state ring, y.
+            Shader::ShortConv => &[U, R, R, W, W],
             Shader::TopK => &[U, R, R, W, R],
             // step, the penalized ids, the logits, the step's input token.
             Shader::Penalty => &[U, R, W, R],

@@ -80,6 +80,11 @@ pub struct Config {
     /// The logits (after `logit_scale`) become `cap·tanh(logit/cap)` (Gemma 2; 0: not
     /// capped).
     pub final_softcap: f32,
+    /// Layers whose token mixer is a gated short convolution instead of attention
+    /// (LFM2), by layer; empty: none.
+    pub conv_layers: Vec<bool>,
+    /// Taps of those convolutions (LFM2's `shortconv.l_cache`: 3).
+    pub conv_taps: usize,
 }
 
 impl Default for Config {
@@ -118,6 +123,8 @@ impl Default for Config {
             logit_scale: 1.0,
             attn_softcap: 0.0,
             final_softcap: 0.0,
+            conv_layers: Vec::new(),
+            conv_taps: 0,
         }
     }
 }
@@ -125,6 +132,10 @@ impl Default for Config {
 /// Largest count or width a file may declare: far above any real model, far below
 /// what would overflow the sizes computed from it.
 pub(crate) const MAX_DIM: u64 = 1 << 24;
+
+/// Most taps of a short convolution: the GPU kernel keeps a window of this many
+/// values a channel in registers (LFM2 has 3).
+pub const MAX_CONV_TAPS: usize = 8;
 
 impl Config {
     /// The config of a file, read by its family (`arch`), validated.
@@ -183,6 +194,7 @@ impl Config {
         if !caps.iter().all(|v| v.is_finite() && *v >= 0.0) {
             return bad("soft-caps must be positive numbers (0: none)".into());
         }
+        self.validate_conv()?;
         if self.post_norms && self.residual_scale != 1.0 {
             return Err(Error::unsupported(
                 "a residual scale with norms after each block",
@@ -204,11 +216,32 @@ impl Config {
         // like stay far inside u64, and `elements` checks the ones that must fit usize.
         self.elements(
             "the Q/K/V rows",
-            &[self.q_dim() + 2 * self.kv_dim(), self.hidden],
+            &[self.mixer_in_dim(), self.hidden],
         )?;
         self.elements("the embedding", &[self.vocab_size, self.hidden])?;
         self.elements("the MLP", &[2 * self.ffn_dim, self.hidden])?;
         self.elements("the KV cache", &[self.context_length, self.kv_dim(), 2])?;
+        Ok(())
+    }
+
+    /// Convolution layers, if any: one flag a layer, taps the kernels can hold.
+    fn validate_conv(&self) -> Result<()> {
+        if !self.has_conv() {
+            return Ok(());
+        }
+        if self.conv_layers.len() != self.n_layers {
+            return Err(Error::gguf(format!(
+                "{} layers are marked convolution or attention, the model has {}",
+                self.conv_layers.len(),
+                self.n_layers
+            )));
+        }
+        if !(2..=MAX_CONV_TAPS).contains(&self.conv_taps) {
+            return Err(Error::unsupported(format!(
+                "a short convolution of {} taps (2 to {MAX_CONV_TAPS} supported)",
+                self.conv_taps
+            )));
+        }
         Ok(())
     }
 
@@ -235,6 +268,34 @@ impl Config {
     /// How layer `l` runs, as its family says: what the forwards execute.
     pub fn block(&self, l: usize) -> super::arch::Block {
         self.arch.family().block(self, l)
+    }
+
+    /// Whether layer `l` mixes tokens by a short convolution (else by attention).
+    pub fn is_conv(&self, l: usize) -> bool {
+        self.conv_layers.get(l).copied().unwrap_or(false)
+    }
+
+    pub fn has_conv(&self) -> bool {
+        self.conv_layers.contains(&true)
+    }
+
+    /// Widest row of a layer's token-mixer inputs: Q|K|V, or a convolution's B|C|x.
+    pub fn mixer_in_dim(&self) -> usize {
+        let qkv = self.q_dim() + 2 * self.kv_dim();
+        if self.has_conv() {
+            qkv.max(3 * self.hidden)
+        } else {
+            qkv
+        }
+    }
+
+    /// Widest row of a layer's token-mixer outputs (the attention's, a convolution's).
+    pub fn mixer_out_dim(&self) -> usize {
+        if self.has_conv() {
+            self.q_dim().max(self.hidden)
+        } else {
+            self.q_dim()
+        }
     }
 
     /// Whether layer `l` attends through a sliding window.

@@ -5,6 +5,7 @@ mod config;
 pub mod linear;
 mod proj;
 pub mod reference;
+pub mod short_conv;
 pub mod weights;
 
 pub use arch::Arch;

@@ -1,9 +1,10 @@
 //! The whole forward pass in plain f32 Rust on the CPU: the ground truth for every GPU
 //! kernel and for the engine. Clear over clever; matmuls run on all cores.
 
-use super::arch::Block;
+use super::arch::{Block, Mixer};
 use super::config::{Activation, Config, RopeStyle};
 use super::linear::Linear;
+use super::short_conv::ConvState;
 use super::weights::{Layer, Weights};
 use super::Proj;
 use crate::adapters::Adapter;
@@ -11,11 +12,13 @@ use crate::error::{Error, Result};
 use crate::par::*;
 use std::ops::Range;
 
-/// Keys and values of every position seen so far, per layer, `[pos][kv_dim]` flattened.
+/// Keys and values of every position seen so far, per layer, `[pos][kv_dim]` flattened,
+/// and the state of convolution layers.
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
     pub k: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
+    pub conv: ConvState,
     pub len: usize,
 }
 
@@ -24,15 +27,24 @@ impl KvCache {
         KvCache {
             k: vec![Vec::new(); c.n_layers],
             v: vec![Vec::new(); c.n_layers],
+            conv: ConvState::new(c.n_layers),
             len: 0,
         }
     }
-    /// Forgets positions from `len` on (to rewind a conversation).
-    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
-        self.len = self.len.min(len);
+    /// Forgets positions from `len` on (to rewind a conversation), or all of them
+    /// where the convolution state no longer reaches back to `len`. Returns the
+    /// positions kept.
+    pub fn truncate(&mut self, len: usize, c: &Config) -> usize {
+        let len = self.len.min(len);
+        self.len = match self.conv.truncate(len, c.conv_taps, c.hidden) {
+            true => len,
+            false => 0,
+        };
+        self.conv.truncate(self.len, c.conv_taps, c.hidden);
         for l in self.k.iter_mut().chain(self.v.iter_mut()) {
-            l.truncate(self.len * kv_dim);
+            l.truncate(self.len * c.kv_dim());
         }
+        self.len
     }
 }
 
@@ -47,6 +59,9 @@ pub trait KvStore {
     fn attend(&self, l: usize, q: &[f32], s: AttnShape) -> Vec<f32>;
     /// Counts the new tokens in, once every layer has appended them.
     fn advance(&mut self, t: usize);
+    /// Convolution layer `l`'s `short_conv` of the new tokens' B ⊙ x rows, which
+    /// join its state.
+    fn conv(&mut self, l: usize, bx: &[f32], taps: &[f32], n_taps: usize) -> Vec<f32>;
 }
 
 impl KvStore for KvCache {
@@ -63,6 +78,9 @@ impl KvStore for KvCache {
     }
     fn advance(&mut self, t: usize) {
         self.len += t;
+    }
+    fn conv(&mut self, l: usize, bx: &[f32], taps: &[f32], n_taps: usize) -> Vec<f32> {
+        self.conv.run(l, self.len, bx, taps, n_taps)
     }
 }
 
@@ -212,7 +230,10 @@ impl<M: Linear> Reference<M> {
     ) {
         let layer = &self.weights.layers[l];
         let at = Matmuls { l, adapter };
-        self.attention_block(layer, x, cache, at, observe);
+        match self.config.block(l).mixer {
+            Mixer::Attention => self.attention_block(layer, x, cache, at, observe),
+            Mixer::ShortConv => self.conv_block(layer, x, cache, at, observe),
+        }
         self.ffn_block(layer, x, at, observe);
     }
 
@@ -276,6 +297,31 @@ impl<M: Linear> Reference<M> {
         observe(l, Site::AttentionOutput, &o);
         let out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
         residual(x, out, w.post_attn_norm.as_deref(), &block, c.rms_eps);
+    }
+
+    /// LFM2's gated short convolution: B, C, x from the normed input (rows of
+    /// `in_proj`, held as Q, K, V), y = C ⊙ conv(B ⊙ x), `out_proj` (held as O).
+    fn conv_block(
+        &self,
+        w: &Layer<M>,
+        x: &mut [f32],
+        cache: &mut impl KvStore,
+        at: Matmuls,
+        observe: Observer,
+    ) {
+        let (c, l) = (&self.config, at.l);
+        let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
+        observe(l, Site::Attention, &h);
+        let b = at.apply(Proj::Q, &w.wq, &h, c.hidden);
+        let gate = at.apply(Proj::K, &w.wk, &h, c.hidden);
+        let mut bx = at.apply(Proj::V, &w.wv, &h, c.hidden);
+        bx.iter_mut().zip(&b).for_each(|(v, b)| *v *= b);
+        let taps = w.conv.as_deref().unwrap_or_default();
+        let mut y = cache.conv(l, &bx, taps, c.conv_taps);
+        y.iter_mut().zip(&gate).for_each(|(v, g)| *v *= g);
+        observe(l, Site::AttentionOutput, &y);
+        let out = at.apply(Proj::O, &w.wo, &y, c.hidden);
+        residual(x, out, None, &c.block(l), c.rms_eps);
     }
 
     fn ffn_block(&self, w: &Layer<M>, x: &mut [f32], at: Matmuls, observe: Observer) {

@@ -233,6 +233,8 @@ pub struct Layer<M = Vec<f32>> {
     pub post_ffn_norm: Option<Vec<f32>>,
     /// The biases of Q, K and V (Qwen2), when the file has them.
     pub qkv_bias: Option<[Vec<f32>; 3]>,
+    /// A convolution layer's taps, `[hidden][conv_taps]` (LFM2).
+    pub conv: Option<Vec<f32>>,
 }
 
 /// All weights, row-major `[rows][cols]`: matrices of type `M` (f32 in the reference),
@@ -315,6 +317,7 @@ impl<M> Weights<M> {
                     Some(q) => Some([q, t.vector(KBias)?, t.vector(VBias)?]),
                     None => None,
                 },
+                conv: t.optional_vector(ConvTaps)?,
             });
         }
         Ok(Weights {

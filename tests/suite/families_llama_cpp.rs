@@ -23,7 +23,7 @@ use pippin::sampler::argmax;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 5] = ["qwen2", "granite", "smollm3", "gemma2", "phi3"];
+const FAMILIES: [&str; 6] = ["qwen2", "granite", "smollm3", "gemma2", "phi3", "lfm2"];
 
 /// How far our mean NLL may be from llama.cpp's, in nats per token. The reference is
 /// llama.cpp on an f32 copy of the file (no 8-bit activations): measured, the three
@@ -151,4 +151,70 @@ fn families_match_llama_cpp_on_the_gpu() {
         let mut b = GpuBackend::new(&m, &mut s);
         check_backend(&format!("{family} GPU"), &reference_of(family), &mut b);
     }
+}
+
+/// The last position's logits of `tokens` run on `b` after what it holds.
+fn last_logits(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
+    logits(b, tokens)
+}
+
+/// LFM2's convolution state across turns: a conversation cut back within the state's
+/// rollback (the tokens after a reply, a short regenerated reply) continues from the
+/// cut, one cut further back than the state reaches restarts from position 0 (the
+/// backend says what it kept), and either way the next logits are a fresh run's.
+fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend) {
+    let text = ids(&reference_of("lfm2")["nll"]["token_ids"]);
+    let tokens: Vec<u32> = text.iter().cycle().take(230).copied().collect();
+    let mut agree = |b: &mut dyn FnMut(&[u32]) -> Vec<f32>, held: usize, end: usize| {
+        let got = b(&tokens[held..end]);
+        fresh.truncate(0);
+        let want = last_logits(fresh, &tokens[..end]);
+        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d < 0.02, "{what}: {held} held, to {end}: logits differ by {d}");
+    };
+    b.truncate(0);
+    last_logits(b, &tokens[..60]);
+    last_logits(b, &tokens[60..70]);
+    for t in &tokens[70..75] {
+        last_logits(b, std::slice::from_ref(t));
+    }
+    // Back 10 positions (within the rollback): continued from the cut.
+    b.truncate(65);
+    assert_eq!(b.tokens().len(), 65, "{what}: a cut within the rollback is kept");
+    agree(&mut |t| last_logits(b, t), 65, 90);
+    // 200 positions on, back 150: past every backend's state, from the start.
+    last_logits(b, &tokens[90..220]);
+    b.truncate(70);
+    assert_eq!(b.tokens().len(), 0, "{what}: a cut past the rollback starts again");
+    agree(&mut |t| last_logits(b, t), 0, 100);
+}
+
+#[test]
+fn lfm2_state_is_reused_across_turns_on_the_cpu_backend() {
+    let m = common::load_cpu(&file("lfm2"), None);
+    let (mut s1, mut s2) = (CpuState::new(KvFormat::F32), CpuState::new(KvFormat::F32));
+    let mut fresh = CpuBackend::new(&m, &mut s2, None);
+    check_state_reuse("lfm2 CPU", &mut CpuBackend::new(&m, &mut s1, None), &mut fresh);
+    let mut s3 = CpuState::new(KvFormat::Int8);
+    let mut s4 = CpuState::new(KvFormat::Int8);
+    let mut fresh = CpuBackend::new(&m, &mut s4, None);
+    check_state_reuse("lfm2 CPU int8", &mut CpuBackend::new(&m, &mut s3, None), &mut fresh);
+}
+
+#[test]
+fn lfm2_state_is_reused_across_turns_on_the_gpu() {
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
+    let m = pollster::block_on(GpuModel::load_file(gpu, &file("lfm2"), &mut |_, _| {}))
+        .unwrap()
+        .0;
+    let opts = SessionOptions {
+        max_context: 256,
+        kv: KvFormat::F32,
+        chunk: 64,
+        cpu_memory: None,
+    };
+    let mut s1 = GpuSession::new(&m, opts.clone()).unwrap();
+    let mut s2 = GpuSession::new(&m, opts).unwrap();
+    let mut fresh = GpuBackend::new(&m, &mut s2);
+    check_state_reuse("lfm2 GPU", &mut GpuBackend::new(&m, &mut s1), &mut fresh);
 }

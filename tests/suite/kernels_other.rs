@@ -7,7 +7,9 @@ use crate::common;
 
 use common::gpu::{ctx, max_diff, values};
 use pippin::kernels::elementwise::NormOut;
+use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{attention, elementwise, sample};
+use pippin::model::short_conv::ConvState;
 use pippin::model::reference::{self, AttnShape};
 use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::kv::{round_trip, KvFormat};
@@ -179,6 +181,42 @@ fn bias_add_onto_rows_awkward_widths() {
         }
         let d = max_diff(&c.read(&yb, t * stride), &want);
         assert!(d < 1e-6, "width {width} stride {stride} t {t}: {d}");
+    }
+}
+
+/// LFM2's gated short convolution over steps of several tokens and of one (the state
+/// carried between them in the ring, wrapping where it is small), against
+/// `ConvState` with C's gate: widths past a workgroup's 64, rows wider than B|C|x,
+/// 2 to 8 taps, starting at position 0 (zeros before it).
+#[test]
+fn short_conv_steps_over_a_ring_state() {
+    let c = ctx();
+    for (hidden, stride, taps, slots) in [(1, 3, 2, 2), (70, 215, 3, 3), (130, 390, 8, 9), (64, 192, 3, 67)] {
+        let tap_w = values(hidden * taps, 11);
+        let (tb, state) = (c.buf(&tap_w), c.zeros(slots * hidden));
+        let mut want_state = ConvState::new(1);
+        let mut pos0 = 0;
+        for (i, n) in [5, 1, 1, 13, 1, 2].into_iter().enumerate() {
+            let bcx = values(n * stride, 20 + i as u64);
+            let (bb, yb) = (c.buf(&bcx), c.zeros(n * hidden));
+            let step = c.step(n, pos0);
+            let io = ConvIo { bcx: &bb, stride, taps: &tb, state: &state, slots, y: &yb };
+            c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
+            let row = |t: usize, part: usize| &bcx[t * stride + part * hidden..][..hidden];
+            let bx: Vec<f32> = (0..n)
+                .flat_map(|t| row(t, 0).iter().zip(row(t, 2)).map(|(b, x)| b * x))
+                .collect();
+            let conv = want_state.run(0, pos0, &bx, &tap_w, taps);
+            let want: Vec<f32> = (0..n)
+                .flat_map(|t| {
+                    let y = &conv[t * hidden..][..hidden];
+                    row(t, 1).iter().zip(y).map(|(g, y)| g * y).collect::<Vec<_>>()
+                })
+                .collect();
+            let d = max_diff(&c.read(&yb, n * hidden), &want);
+            assert!(d < 1e-5, "hidden {hidden} taps {taps} slots {slots} step {i}: {d}");
+            pos0 += n;
+        }
     }
 }
 

@@ -146,6 +146,7 @@ fn clone_weights(m: &Reference) -> pippin::model::Weights {
                 post_attn_norm: l.post_attn_norm.clone(),
                 post_ffn_norm: l.post_ffn_norm.clone(),
                 qkv_bias: l.qkv_bias.clone(),
+                conv: l.conv.clone(),
             })
             .collect(),
     }

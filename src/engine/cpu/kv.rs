@@ -3,6 +3,7 @@
 //! reference's). Both grow with the conversation.
 
 use crate::model::reference::{softmax, AttnShape, KvStore};
+use crate::model::short_conv::ConvState;
 use crate::model::{Config, KvCache};
 use crate::par::*;
 use crate::quant::kv::KvFormat;
@@ -19,6 +20,8 @@ struct Layer8 {
 
 pub struct Int8Kv {
     layers: Vec<Layer8>,
+    /// Convolution layers' state (LFM2), in f32: a few rows a layer.
+    conv: ConvState,
     kv_heads: usize,
     head_dim: usize,
     len: usize,
@@ -64,14 +67,21 @@ impl Int8Kv {
     pub fn with_shape(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
         Int8Kv {
             layers: (0..layers).map(|_| Layer8::default()).collect(),
+            conv: ConvState::new(layers),
             kv_heads,
             head_dim,
             len: 0,
         }
     }
 
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// As `KvCache::truncate`.
+    pub fn truncate(&mut self, len: usize, c: &Config) -> usize {
+        let len = self.len.min(len);
+        self.len = match self.conv.truncate(len, c.conv_taps, c.hidden) {
+            true => len,
+            false => 0,
+        };
+        self.conv.truncate(self.len, c.conv_taps, c.hidden);
         let (heads, values) = (
             self.len * self.kv_heads,
             self.len * self.kv_heads * self.head_dim,
@@ -82,13 +92,15 @@ impl Int8Kv {
             l.k.truncate(values);
             l.v.truncate(values);
         }
+        self.len
     }
 
     pub fn bytes(&self) -> u64 {
         self.layers
             .iter()
             .map(|l| (l.k.len() + l.v.len() + 4 * (l.ks.len() + l.vs.len())) as u64)
-            .sum()
+            .sum::<u64>()
+            + self.conv.bytes()
     }
 }
 
@@ -135,6 +147,10 @@ impl KvStore for Int8Kv {
     fn advance(&mut self, t: usize) {
         self.len += t;
     }
+
+    fn conv(&mut self, l: usize, bx: &[f32], taps: &[f32], n_taps: usize) -> Vec<f32> {
+        self.conv.run(l, self.len, bx, taps, n_taps)
+    }
 }
 
 /// A conversation's keys and values in the format asked for: f32, or int8 for every
@@ -152,16 +168,21 @@ impl Cache {
         }
     }
 
-    pub fn truncate(&mut self, len: usize, kv_dim: usize) {
+    /// Keeps the first `len` positions where it can (see `KvCache::truncate`);
+    /// returns how many it kept.
+    pub fn truncate(&mut self, len: usize, c: &Config) -> usize {
         match self {
-            Cache::F32(c) => c.truncate(len, kv_dim),
-            Cache::Int8(c) => c.truncate(len),
+            Cache::F32(kv) => kv.truncate(len, c),
+            Cache::Int8(kv) => kv.truncate(len, c),
         }
     }
 
     pub fn bytes(&self) -> u64 {
         match self {
-            Cache::F32(c) => c.k.iter().chain(&c.v).map(|l| 4 * l.len() as u64).sum(),
+            Cache::F32(c) => {
+                let kv: u64 = c.k.iter().chain(&c.v).map(|l| 4 * l.len() as u64).sum();
+                kv + c.conv.bytes()
+            }
             Cache::Int8(c) => c.bytes(),
         }
     }

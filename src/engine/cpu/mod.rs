@@ -156,11 +156,11 @@ impl<M: Linear> Backend for CpuBackend<'_, M> {
         ))
     }
     fn truncate(&mut self, len: usize) {
-        self.state.tokens.truncate(len);
-        let kv_dim = self.model.config.kv_dim();
-        if let Some(c) = &mut self.state.cache {
-            c.truncate(len, kv_dim);
-        }
+        let kept = match &mut self.state.cache {
+            Some(c) => c.truncate(len, &self.model.config),
+            None => 0,
+        };
+        self.state.tokens.truncate(kept);
     }
     fn context_length(&self) -> usize {
         self.model.config.context_length

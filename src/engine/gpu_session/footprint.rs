@@ -21,7 +21,7 @@ pub(super) fn fit(c: &Config, mut opts: SessionOptions, max_binding: u64) -> Ses
     opts.max_context = opts.max_context.clamp(1, c.context_length);
     let widest = [
         c.hidden,
-        c.q_dim() + 2 * c.kv_dim(),
+        c.mixer_in_dim(),
         2 * c.ffn_dim,
         MAX_LORA_RANK as usize,
     ]
@@ -78,8 +78,8 @@ impl Sizes {
             tokens: b(n),
             x: b(n * c.hidden as u64),
             h: b(n * c.hidden as u64),
-            qkv: b(n * (c.q_dim() + 2 * c.kv_dim()) as u64),
-            att: b(n * c.q_dim() as u64),
+            qkv: b(n * c.mixer_in_dim() as u64),
+            att: b(n * c.mixer_out_dim() as u64),
             gu: b(n * 2 * c.ffn_dim as u64),
             act: b(n * c.ffn_dim as u64),
             part: b(c.n_heads as u64 * splits * (c.head_dim as u64 + 2)),
@@ -193,6 +193,9 @@ impl GpuFootprint {
 }
 
 fn layer_cache(c: &Config, opts: &SessionOptions, layer: usize) -> Result<CacheSize> {
+    if c.is_conv(layer) {
+        return Ok(CacheSize::conv(c));
+    }
     let window = c.block(layer).cache_window();
     CacheSize::of(c, opts.kv, opts.max_context, window, opts.chunk)
 }

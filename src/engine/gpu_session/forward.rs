@@ -10,6 +10,7 @@ use crate::kernels::attention;
 use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use crate::kernels::sample;
+use crate::kernels::short_conv::{self, ConvIo};
 use crate::kernels::stacked::Stacked;
 use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
@@ -149,7 +150,10 @@ impl GpuSession {
                     .and_then(|a| a.layers.get(l))
                     .and_then(|ls| ls[p].as_ref())
             };
-            self.encode_attention(m, l, &lora, pass, n, pos0)?;
+            match &m.layers[l].conv {
+                Some(taps) => self.encode_conv(m, l, taps, &lora, pass, n)?,
+                None => self.encode_attention(m, l, &lora, pass, n, pos0)?,
+            }
             self.encode_mlp(m, l, &lora, pass, n)?;
         }
         Ok(())
@@ -263,6 +267,45 @@ impl GpuSession {
         };
         self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
         self.finish_residual(m, pass, post, n)
+    }
+
+    /// LFM2's convolution layer: B|C|x = in_proj(rmsnorm(x)) (held as the Q, K, V
+    /// stack), y = C ⊙ conv(B ⊙ x) over the layer's state ring, out_proj (held as O)
+    /// added to x. Three dispatches for one token: norm+in_proj, the convolution,
+    /// out_proj.
+    fn encode_conv<'a>(
+        &self,
+        m: &GpuModel,
+        l: usize,
+        taps: &wgpu::Buffer,
+        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
+        pass: &mut wgpu::ComputePass,
+        n: usize,
+    ) -> Result<()> {
+        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
+        let (h, stride) = (c.hidden, 3 * c.hidden);
+        self.normed_matmul(m, pass, &w.qkv, &w.attn_norm, None, false, &b.qkv, stride, n)?;
+        let (state, slots) = (&self.cache[l].k, self.cache[l].slots);
+        let io = ConvIo {
+            bcx: &b.qkv,
+            stride,
+            taps,
+            state,
+            slots,
+            y: &b.att,
+        };
+        short_conv::short_conv(&m.kernels, pass, &b.step, h, c.conv_taps, &io)?;
+        let io = Io {
+            x: &b.att,
+            x_stride: h,
+            y: &b.x,
+            y_stride: h,
+            y_offset: 0,
+            accumulate: true,
+            scale: c.block(l).residual_scale,
+            cap: 0.0,
+        };
+        self.project(m, pass, &w.wo, lora(Proj::O), &io, n)
     }
 
     fn encode_mlp<'a>(

@@ -4,7 +4,10 @@
 //! says which variant of each step a layer takes:
 //!
 //! 1. `attn_norm` RMSNorm of x
-//! 2. Q, K, V projections, plus their biases (`qkv_bias`)
+//! 2. Q, K, V projections, plus their biases (`qkv_bias`); in a convolution layer
+//!    (`mixer`) steps 2–5 are B, C, x = the rows of `shortconv.in_proj` (read as Q,
+//!    K, V), then y = C ⊙ conv(B ⊙ x) over the last `conv_taps` positions, and O is
+//!    `shortconv.out_proj`
 //! 3. per-head RMSNorm of queries and keys (`qk_norm`)
 //! 4. RoPE with the global or the sliding layers' table, or none (`rope`)
 //! 5. causal grouped-query attention, through a window (`window`)
@@ -27,9 +30,19 @@ pub enum Rope {
     Local,
 }
 
+/// How a layer mixes tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mixer {
+    /// Causal grouped-query attention over the KV cache.
+    Attention,
+    /// LFM2's gated short convolution over a state of the last positions' B ⊙ x.
+    ShortConv,
+}
+
 /// One layer's steps (see the module's list).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Block {
+    pub mixer: Mixer,
     /// `None`: the layer has no position embedding (SmolLM3's NoPE layers).
     pub rope: Option<Rope>,
     /// Keys visible behind a query, itself included (`usize::MAX`: all).
@@ -44,6 +57,11 @@ impl Block {
     pub fn standard(c: &Config, l: usize) -> Block {
         let sliding = c.is_sliding(l);
         Block {
+            mixer: if c.is_conv(l) {
+                Mixer::ShortConv
+            } else {
+                Mixer::Attention
+            },
             rope: Some(if sliding { Rope::Local } else { Rope::Global }),
             window: c.window(l),
             residual_scale: c.residual_scale,

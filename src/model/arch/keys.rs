@@ -44,6 +44,49 @@ impl<'a> Keys<'a> {
         }
     }
 
+    /// A count per layer: an array of `layers` integers (0 allowed: LFM2's KV heads
+    /// of a convolution layer), or one integer for every layer; `None` when absent.
+    pub fn per_layer(&self, k: &str, layers: usize) -> Result<Option<Vec<usize>>> {
+        let key = self.key(k);
+        let Some(v) = self.gguf.metadata.get(&key) else {
+            return Ok(None);
+        };
+        let Some(array) = v.as_array() else {
+            return self.int(k).map(|n| Some(vec![n; layers]));
+        };
+        let values = array
+            .to_i64s()
+            .filter(|a| a.len() == layers)
+            .ok_or_else(|| Error::gguf(format!("{key} is not {layers} integers, one a layer")))?;
+        values
+            .into_iter()
+            .map(|n| {
+                usize::try_from(n)
+                    .ok()
+                    .filter(|&n| (n as u64) < MAX_DIM)
+                    .ok_or_else(|| Error::gguf(format!("{key} holds {n}, out of range")))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// KV heads of the attention layers (`head_count_kv`, per layer or one for all;
+    /// layers of 0 have none), which must agree; `n_heads` when the key is absent.
+    fn kv_heads(&self, layers: usize, n_heads: usize) -> Result<usize> {
+        let Some(counts) = self.per_layer("attention.head_count_kv", layers)? else {
+            return Ok(n_heads);
+        };
+        let mut attending = counts.iter().copied().filter(|&n| n > 0);
+        let first = attending.next().unwrap_or(n_heads);
+        match attending.find(|&n| n != first) {
+            Some(other) => Err(Error::unsupported(format!(
+                "{} differs between layers ({first} and {other} KV heads)",
+                self.key("attention.head_count_kv")
+            ))),
+            None => Ok(first),
+        }
+    }
+
     /// A positive finite number, `default` when the key is absent.
     pub fn float(&self, k: &str, default: f64) -> Result<f32> {
         let key = self.key(k);
@@ -92,11 +135,12 @@ impl<'a> Keys<'a> {
                 )));
             }
         }
+        let n_layers = self.int("block_count")?;
         Ok(Config {
             arch,
-            n_layers: self.int("block_count")?,
+            n_layers,
             n_heads,
-            n_kv_heads: self.opt_int("attention.head_count_kv")?.unwrap_or(n_heads),
+            n_kv_heads: self.kv_heads(n_layers, n_heads)?,
             head_dim,
             hidden,
             ffn_dim: self.int("feed_forward_length")?,

@@ -8,6 +8,7 @@ mod gemma2;
 mod gemma3;
 mod granite;
 mod keys;
+mod lfm2;
 mod llama;
 mod phi3;
 mod qwen2;
@@ -15,7 +16,7 @@ mod qwen3;
 mod smollm3;
 pub mod tensors;
 
-pub use block::{Block, Rope};
+pub use block::{Block, Mixer, Rope};
 pub use keys::Keys;
 pub use tensors::{GlobalTensor, LayerTensor};
 
@@ -46,10 +47,12 @@ pub enum Arch {
     Gemma2,
     /// Phi-3, Phi-3.5, Phi-4-mini: fused Q|K|V and gate|up, partial RoPE, LongRoPE.
     Phi3,
+    /// LiquidAI LFM2: gated short-convolution layers beside GQA layers.
+    Lfm2,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 9] = [
         Arch::Llama,
         Arch::Qwen3,
         Arch::Gemma3,
@@ -58,6 +61,7 @@ impl Arch {
         Arch::Smollm3,
         Arch::Gemma2,
         Arch::Phi3,
+        Arch::Lfm2,
     ];
 
     /// What the family reads and has.
@@ -71,6 +75,7 @@ impl Arch {
             Arch::Smollm3 => &smollm3::Smollm3,
             Arch::Gemma2 => &gemma2::Gemma2,
             Arch::Phi3 => &phi3::Phi3,
+            Arch::Lfm2 => &lfm2::Lfm2,
         }
     }
 

@@ -33,6 +33,13 @@ pub enum LayerTensor {
     Qkv,
     /// Gate and up in one matrix, gate's rows first (Phi-3).
     GateUp,
+    /// A convolution layer's B, C and x projections in one matrix, in that order
+    /// (LFM2); the forwards read them as Q, K and V.
+    ConvInProj,
+    /// Its taps, `[hidden][conv_taps]`, the last one for the current position.
+    ConvTaps,
+    /// Its output projection, read as O.
+    ConvOutProj,
 }
 
 impl LayerTensor {
@@ -58,6 +65,9 @@ impl LayerTensor {
             VBias => "attn_v",
             Qkv => "attn_qkv",
             GateUp => "ffn_up",
+            ConvInProj => "shortconv.in_proj",
+            ConvTaps => "shortconv.conv",
+            ConvOutProj => "shortconv.out_proj",
         }
     }
 
@@ -106,6 +116,12 @@ impl LayerTensor {
             }
             Qkv => TensorSpec::matrix(name, c.q_dim() + 2 * c.kv_dim(), c.hidden),
             GateUp => TensorSpec::matrix(name, 2 * c.ffn_dim, c.hidden),
+            ConvInProj => TensorSpec::matrix(name, 3 * c.hidden, c.hidden),
+            ConvOutProj => TensorSpec::matrix(name, c.hidden, c.hidden),
+            ConvTaps => TensorSpec {
+                rows: c.hidden,
+                ..TensorSpec::vector(name, c.conv_taps)
+            },
         }
     }
 
@@ -135,6 +151,9 @@ pub fn standard_layer(c: &Config) -> Vec<LayerTensor> {
     v.extend([FfnNorm, Gate, Up, Down]);
     v
 }
+
+/// LFM2's final norm: llama.cpp's converter names it as an embedding norm.
+pub const LFM2_OUTPUT_NORM: &str = "token_embd_norm.weight";
 
 /// What a tensor outside the layers is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
