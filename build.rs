@@ -1,5 +1,5 @@
 //! Writes the WGSL kernels of `shaders/` to `OUT_DIR/shaders/` without comments,
-//! indentation, blank lines and the spaces no token needs, which `kernels` embeds: the
+//! indentation, line breaks and the spaces no token needs, which `kernels` embeds: the
 //! comments and spacing are for readers of the source, and in the browser's wasm they
 //! were ~25 KB of the download.
 
@@ -15,19 +15,26 @@ fn main() {
             continue;
         }
         let src = fs::read_to_string(&path).expect("a shader is UTF-8");
-        let mut min = String::with_capacity(src.len());
+        // The code joined into one line (newlines separate no WGSL token), except
+        // `#include "file"` lines, which `kernels` resolves line by line: kept as
+        // written, on lines of their own.
+        let (mut min, mut code) = (String::with_capacity(src.len()), String::new());
         for line in src.lines() {
             // WGSL has no strings: `//` always starts a comment.
-            let code = line.split("//").next().unwrap_or("").trim();
-            if code.starts_with('#') {
-                // `#include "file"`, which `kernels` resolves: kept as written.
-                min.push_str(code);
+            let line = line.split("//").next().unwrap_or("").trim();
+            if line.starts_with('#') {
+                squeeze(&code, &mut min);
+                code.clear();
                 min.push('\n');
-            } else if !code.is_empty() {
-                squeeze(code, &mut min);
+                min.push_str(line);
                 min.push('\n');
+            } else {
+                code.push_str(line);
+                code.push(' ');
             }
         }
+        squeeze(&code, &mut min);
+        min.push('\n');
         let name = path.file_name().expect("a file name");
         fs::write(out.join(name), min).expect("OUT_DIR is writable");
     }

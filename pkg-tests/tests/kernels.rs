@@ -6,8 +6,10 @@
 use pippin::gpu::{Caps, Gpu};
 use pippin::kernels::attention::{self, LayerCache};
 use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
+use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{elementwise, sample, Kernels, Step, Tuning};
 use pippin::model::reference::{self, AttnShape};
+use pippin::model::short_conv::ConvState;
 use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::gpu_layout::pack_palette;
 use pippin::quant::kv::{round_trip, KvFormat};
@@ -225,6 +227,41 @@ async fn rmsnorm_gated_activations_and_biases() {
         max_diff(&c.read(&yb, stride * rows).await, &want) < 1e-6,
         "bias_add"
     );
+}
+
+/// LFM2's gated short convolution: a prompt of 7 tokens then two single-token steps,
+/// the state carried in a ring that wraps, against `ConvState` with C's gate.
+#[wasm_bindgen_test]
+async fn short_conv_over_a_ring_state() {
+    let c = ctx().await;
+    let (hidden, stride, taps, slots) = (100, 305, 3, 4);
+    let tap_w = values(hidden * taps, 11);
+    let tb = c.buf(&tap_w);
+    let state = c.gpu.storage("state", (slots * hidden * 4) as u64).unwrap();
+    let mut want_state = ConvState::new(1);
+    let mut pos0 = 0;
+    for (i, n) in [7, 1, 1].into_iter().enumerate() {
+        let bcx = values(n * stride, 20 + i as u64);
+        let bb = c.buf(&bcx);
+        let yb = c.gpu.storage("y", (n * hidden * 4) as u64).unwrap();
+        let step = c.step(n, pos0);
+        let io = ConvIo { bcx: &bb, stride, taps: &tb, state: &state, slots, y: &yb };
+        c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
+        let row = |t: usize, part: usize| &bcx[t * stride + part * hidden..][..hidden];
+        let bx: Vec<f32> = (0..n)
+            .flat_map(|t| row(t, 0).iter().zip(row(t, 2)).map(|(b, x)| b * x))
+            .collect();
+        let conv = want_state.run(0, pos0, &bx, &tap_w, taps);
+        let want: Vec<f32> = (0..n)
+            .flat_map(|t| {
+                let y = &conv[t * hidden..][..hidden];
+                row(t, 1).iter().zip(y).map(|(g, y)| g * y).collect::<Vec<_>>()
+            })
+            .collect();
+        let d = max_diff(&c.read(&yb, n * hidden).await, &want);
+        assert!(d < 1e-5, "step {i}: {d}");
+        pos0 += n;
+    }
 }
 
 /// Decode and prefill attention over an int8 cache: SmolLM2's shape, and Gemma 3's

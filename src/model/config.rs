@@ -81,8 +81,9 @@ pub struct Config {
     /// capped).
     pub final_softcap: f32,
     /// Layers whose token mixer is a gated short convolution instead of attention
-    /// (LFM2), by layer; empty: none.
-    pub conv_layers: Vec<bool>,
+    /// (LFM2): bit l for layer l (a mask keeps `Config` plain data; such models have
+    /// at most `MAX_CONV_MODEL_LAYERS` layers).
+    pub conv_layers: u64,
     /// Taps of those convolutions (LFM2's `shortconv.l_cache`: 3).
     pub conv_taps: usize,
 }
@@ -123,7 +124,7 @@ impl Default for Config {
             logit_scale: 1.0,
             attn_softcap: 0.0,
             final_softcap: 0.0,
-            conv_layers: Vec::new(),
+            conv_layers: 0,
             conv_taps: 0,
         }
     }
@@ -136,6 +137,9 @@ pub(crate) const MAX_DIM: u64 = 1 << 24;
 /// Most taps of a short convolution: the GPU kernel keeps a window of this many
 /// values a channel in registers (LFM2 has 3).
 pub const MAX_CONV_TAPS: usize = 8;
+
+/// Most layers of a model with convolution layers (`Config::conv_layers`' bits).
+pub const MAX_CONV_MODEL_LAYERS: usize = 64;
 
 impl Config {
     /// The config of a file, read by its family (`arch`), validated.
@@ -214,10 +218,7 @@ impl Config {
         }
         // Every buffer size below is at most a product of these; 2^24 · 2^24 and the
         // like stay far inside u64, and `elements` checks the ones that must fit usize.
-        self.elements(
-            "the Q/K/V rows",
-            &[self.mixer_in_dim(), self.hidden],
-        )?;
+        self.elements("the Q/K/V rows", &[self.mixer_in_dim(), self.hidden])?;
         self.elements("the embedding", &[self.vocab_size, self.hidden])?;
         self.elements("the MLP", &[2 * self.ffn_dim, self.hidden])?;
         self.elements("the KV cache", &[self.context_length, self.kv_dim(), 2])?;
@@ -229,10 +230,9 @@ impl Config {
         if !self.has_conv() {
             return Ok(());
         }
-        if self.conv_layers.len() != self.n_layers {
-            return Err(Error::gguf(format!(
-                "{} layers are marked convolution or attention, the model has {}",
-                self.conv_layers.len(),
+        if self.n_layers > MAX_CONV_MODEL_LAYERS {
+            return Err(Error::unsupported(format!(
+                "{} layers with short convolutions (up to {MAX_CONV_MODEL_LAYERS})",
                 self.n_layers
             )));
         }
@@ -272,11 +272,11 @@ impl Config {
 
     /// Whether layer `l` mixes tokens by a short convolution (else by attention).
     pub fn is_conv(&self, l: usize) -> bool {
-        self.conv_layers.get(l).copied().unwrap_or(false)
+        l < MAX_CONV_MODEL_LAYERS && self.conv_layers >> l & 1 == 1
     }
 
     pub fn has_conv(&self) -> bool {
-        self.conv_layers.contains(&true)
+        self.conv_layers != 0
     }
 
     /// Widest row of a layer's token-mixer inputs: Q|K|V, or a convolution's B|C|x.

@@ -116,7 +116,7 @@ impl<M: Linear> Reference<M> {
     /// logits of every position when `all_logits`, else of the last one only.
     pub fn forward(
         &self,
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
@@ -126,7 +126,7 @@ impl<M: Linear> Reference<M> {
     /// As `forward`, with a LoRA adapter applied beside each matmul it updates.
     pub fn forward_adapted(
         &self,
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         tokens: &[u32],
         all_logits: bool,
         adapter: Option<&Adapter>,
@@ -139,7 +139,7 @@ impl<M: Linear> Reference<M> {
     /// only: long teacher-forced prompts without the head over every position.
     pub fn forward_at(
         &self,
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         tokens: &[u32],
         at: &[usize],
     ) -> Result<Vec<Vec<f32>>> {
@@ -161,7 +161,7 @@ impl<M: Linear> Reference<M> {
     /// cache.
     fn hidden(
         &self,
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         tokens: &[u32],
         adapter: Option<&Adapter>,
     ) -> Result<Vec<f32>> {
@@ -212,7 +212,7 @@ impl<M: Linear> Reference<M> {
         &self,
         layers: Range<usize>,
         x: &mut [f32],
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         observe: Observer,
     ) {
         for l in layers {
@@ -224,7 +224,7 @@ impl<M: Linear> Reference<M> {
         &self,
         l: usize,
         x: &mut [f32],
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         observe: Observer,
         adapter: Option<&Adapter>,
     ) {
@@ -257,7 +257,7 @@ impl<M: Linear> Reference<M> {
         &self,
         w: &Layer<M>,
         x: &mut [f32],
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         at: Matmuls,
         observe: Observer,
     ) {
@@ -305,7 +305,7 @@ impl<M: Linear> Reference<M> {
         &self,
         w: &Layer<M>,
         x: &mut [f32],
-        cache: &mut impl KvStore,
+        cache: &mut dyn KvStore,
         at: Matmuls,
         observe: Observer,
     ) {

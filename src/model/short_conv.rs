@@ -47,7 +47,14 @@ impl ConvState {
     /// Layer `l`'s convolution of new rows `bx` at positions `pos0..` (the state
     /// holds every earlier one the taps reach; zeros before position 0), which
     /// become part of the state.
-    pub fn run(&mut self, l: usize, pos0: usize, bx: &[f32], taps: &[f32], n_taps: usize) -> Vec<f32> {
+    pub fn run(
+        &mut self,
+        l: usize,
+        pos0: usize,
+        bx: &[f32],
+        taps: &[f32],
+        n_taps: usize,
+    ) -> Vec<f32> {
         let hidden = taps.len() / n_taps;
         let (rows, lo) = (&mut self.rows[l], &mut self.lo[l]);
         let mut prev = vec![0f32; (n_taps - 1) * hidden];

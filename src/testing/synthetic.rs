@@ -4,6 +4,7 @@
 //! tests (wasm32, where sizes must not wrap).
 
 use crate::gguf::{Value, Writer};
+use crate::model::arch::GlobalTensor;
 use crate::model::{Arch, Config};
 use crate::quant::{encode, GgmlType};
 use crate::rng::Rng;
@@ -44,6 +45,9 @@ fn all_f32(_: &str) -> GgmlType {
 }
 
 const AFM_LAYERS: usize = 30;
+
+/// Taps of a synthetic LFM2's convolutions (the real models' `l_cache`).
+const LFM2_TAPS: usize = 3;
 
 /// llama.cpp's `Q4_K_M` mix: Q4_K everywhere but the (tied) embedding and, on the
 /// first and last eighth of the layers and every third between, `attn_v` and
@@ -97,6 +101,16 @@ impl Spec {
         Spec {
             arch: "gemma2",
             ..Spec::gemma3(window)
+        }
+    }
+
+    /// LFM2's layout: short-convolution layers 0 and 2 (3 taps), attention with
+    /// QK-norm on layer 1.
+    pub fn lfm2() -> Spec {
+        Spec {
+            arch: "lfm2",
+            layers: 3,
+            ..Spec::llama()
         }
     }
 
@@ -174,11 +188,20 @@ impl Spec {
             hidden: self.hidden,
             ffn_dim: self.ffn,
             vocab_size: self.vocab,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2),
             post_norms: gemma,
             qkv_bias: arch == Arch::Qwen2,
+            conv_layers: (0..self.layers)
+                .filter(|&l| self.is_conv(l))
+                .fold(0, |m, l| m | 1 << l),
+            conv_taps: LFM2_TAPS,
             ..Config::default()
         }
+    }
+
+    /// Whether layer `l` is a short convolution (LFM2's: all but every third).
+    fn is_conv(&self, l: usize) -> bool {
+        self.arch == "lfm2" && l % 3 != 1
     }
 
     /// The file's bytes.
@@ -207,7 +230,25 @@ impl Spec {
             ints.push(("attention.sliding_window_pattern", 3));
         }
         for (k, v) in ints {
+            if a == "lfm2" && k == "attention.head_count_kv" {
+                continue;
+            }
             put(&mut w, &format!("{a}.{k}"), Value::U32(v as u32));
+        }
+        if a == "lfm2" {
+            let kv = (0..self.layers)
+                .map(|l| {
+                    if self.is_conv(l) {
+                        0
+                    } else {
+                        self.kv_heads as u32
+                    }
+                })
+                .collect();
+            let key = format!("{a}.attention.head_count_kv");
+            put(&mut w, &key, Value::Array(crate::gguf::Array::U32(kv)));
+            let taps = Value::U32(LFM2_TAPS as u32);
+            put(&mut w, &format!("{a}.shortconv.l_cache"), taps);
         }
         if a == "granite" {
             // Multipliers far from 1, so that a missed one shows.
@@ -292,8 +333,11 @@ impl Spec {
                 .expect("a synthetic tensor's bytes match its type");
         };
         let h = self.hidden;
+        let c = self.config();
+        let family = c.arch.family();
         tensor(&mut w, "token_embd.weight".into(), &[h, self.vocab], false);
-        tensor(&mut w, "output_norm.weight".into(), &[h], true);
+        let output_norm = family.global_spec(GlobalTensor::OutputNorm, &c).name;
+        tensor(&mut w, output_norm, &[h], true);
         if a == "phi3" {
             // Divisors around 1 (written as norms are: 1 ± 0.2).
             let half = (self.head_dim * 3 / 4) / 2;
@@ -301,8 +345,6 @@ impl Spec {
             tensor(&mut w, "rope_factors_long.weight".into(), &[half], true);
         }
         // The layers as the family has them (an unknown family: llama's).
-        let c = self.config();
-        let family = c.arch.family();
         for l in 0..self.layers {
             for t in family.layer_tensors(&c, l) {
                 let s = family.layer_spec(t, &c, l);
@@ -311,6 +353,7 @@ impl Spec {
                     (Some(r), _) if r.row0 > 0 => continue,
                     (Some(r), _) => (r.tensor.clone(), vec![s.cols, r.total]),
                     (None, true) => (s.name, vec![s.cols, s.rows]),
+                    (None, false) if s.rows > 1 => (s.name, vec![s.cols, s.rows]),
                     (None, false) => (s.name, vec![s.cols]),
                 };
                 tensor(&mut w, name, &dims, !s.matrix);

@@ -7,7 +7,7 @@ use crate::common;
 
 use common::synthetic::{with_dim0, with_type_id, Spec};
 use pippin::engine::{ByteSource, GpuModel, ReadSource};
-use pippin::gguf::Value;
+use pippin::gguf::{Array, Value};
 use pippin::gpu::{Caps, Gpu};
 use pippin::quant::GgmlType;
 use pippin::Result;
@@ -368,4 +368,52 @@ fn family_parts_missing_or_wrong_are_named() {
         &bytes,
         &["blk.0.ffn_up.weight", "shape"],
     );
+    lfm2_parts_missing_or_wrong_are_named();
+}
+
+/// LFM2: a convolution's taps or in_proj missing or misshapen, its per-layer KV head
+/// counts or its taps count wrong.
+fn lfm2_parts_missing_or_wrong_are_named() {
+    let s = Spec {
+        drop: vec!["blk.2.shortconv.conv.weight".into()],
+        ..Spec::lfm2()
+    };
+    let taps = "blk.2.shortconv.conv.weight";
+    refused("lfm2-no-taps", &s.bytes(), &[taps, "missing"]);
+    let in_proj = "blk.0.shortconv.in_proj.weight";
+    let bytes = with_dim0(Spec::lfm2().bytes(), in_proj, 32);
+    refused("lfm2-narrow-in-proj", &bytes, &[in_proj, "shape"]);
+    let kv = "lfm2.attention.head_count_kv";
+    for (name, v, words) in [
+        (
+            "lfm2-kv-per-layer",
+            Value::Array(Array::U32(vec![0, 1])),
+            vec![kv, "3 integers"],
+        ),
+        (
+            "lfm2-kv-heads",
+            Value::Array(Array::I32(vec![0, -1, 0])),
+            vec![kv, "-1"],
+        ),
+        (
+            "lfm2-taps",
+            Value::U32(9),
+            vec!["short convolution of 9 taps"],
+        ),
+        (
+            "lfm2-zero-taps",
+            Value::U32(0),
+            vec!["lfm2.shortconv.l_cache", "out of range"],
+        ),
+    ] {
+        let key = match name {
+            "lfm2-taps" | "lfm2-zero-taps" => "lfm2.shortconv.l_cache",
+            _ => kv,
+        };
+        let s = Spec {
+            extra: vec![(key.into(), v)],
+            ..Spec::lfm2()
+        };
+        refused(name, &s.bytes(), &words);
+    }
 }

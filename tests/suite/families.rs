@@ -21,6 +21,7 @@ fn file(arch: Arch) -> PathBuf {
     let spec = match arch {
         Arch::Gemma3 => Spec::gemma3(8),
         Arch::Gemma2 => Spec::gemma2(8),
+        Arch::Lfm2 => Spec::lfm2(),
         _ => Spec {
             arch: arch.name(),
             ..Spec::llama()

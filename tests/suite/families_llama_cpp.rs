@@ -169,8 +169,15 @@ fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend)
         let got = b(&tokens[held..end]);
         fresh.truncate(0);
         let want = last_logits(fresh, &tokens[..end]);
-        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(d < 0.02, "{what}: {held} held, to {end}: logits differ by {d}");
+        let d = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            d < 0.02,
+            "{what}: {held} held, to {end}: logits differ by {d}"
+        );
     };
     b.truncate(0);
     last_logits(b, &tokens[..60]);
@@ -180,12 +187,20 @@ fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend)
     }
     // Back 10 positions (within the rollback): continued from the cut.
     b.truncate(65);
-    assert_eq!(b.tokens().len(), 65, "{what}: a cut within the rollback is kept");
+    assert_eq!(
+        b.tokens().len(),
+        65,
+        "{what}: a cut within the rollback is kept"
+    );
     agree(&mut |t| last_logits(b, t), 65, 90);
     // 200 positions on, back 150: past every backend's state, from the start.
     last_logits(b, &tokens[90..220]);
     b.truncate(70);
-    assert_eq!(b.tokens().len(), 0, "{what}: a cut past the rollback starts again");
+    assert_eq!(
+        b.tokens().len(),
+        0,
+        "{what}: a cut past the rollback starts again"
+    );
     agree(&mut |t| last_logits(b, t), 0, 100);
 }
 
@@ -194,11 +209,19 @@ fn lfm2_state_is_reused_across_turns_on_the_cpu_backend() {
     let m = common::load_cpu(&file("lfm2"), None);
     let (mut s1, mut s2) = (CpuState::new(KvFormat::F32), CpuState::new(KvFormat::F32));
     let mut fresh = CpuBackend::new(&m, &mut s2, None);
-    check_state_reuse("lfm2 CPU", &mut CpuBackend::new(&m, &mut s1, None), &mut fresh);
+    check_state_reuse(
+        "lfm2 CPU",
+        &mut CpuBackend::new(&m, &mut s1, None),
+        &mut fresh,
+    );
     let mut s3 = CpuState::new(KvFormat::Int8);
     let mut s4 = CpuState::new(KvFormat::Int8);
     let mut fresh = CpuBackend::new(&m, &mut s4, None);
-    check_state_reuse("lfm2 CPU int8", &mut CpuBackend::new(&m, &mut s3, None), &mut fresh);
+    check_state_reuse(
+        "lfm2 CPU int8",
+        &mut CpuBackend::new(&m, &mut s3, None),
+        &mut fresh,
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use common::gpu::{ctx, max_diff, values};
 use pippin::kernels::elementwise::NormOut;
 use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{attention, elementwise, sample};
-use pippin::model::short_conv::ConvState;
 use pippin::model::reference::{self, AttnShape};
+use pippin::model::short_conv::ConvState;
 use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::kv::{round_trip, KvFormat};
 use pippin::sampler::{Sampler, SamplerOptions};
@@ -191,7 +191,12 @@ fn bias_add_onto_rows_awkward_widths() {
 #[test]
 fn short_conv_steps_over_a_ring_state() {
     let c = ctx();
-    for (hidden, stride, taps, slots) in [(1, 3, 2, 2), (70, 215, 3, 3), (130, 390, 8, 9), (64, 192, 3, 67)] {
+    for (hidden, stride, taps, slots) in [
+        (1, 3, 2, 2),
+        (70, 215, 3, 3),
+        (130, 390, 8, 9),
+        (64, 192, 3, 67),
+    ] {
         let tap_w = values(hidden * taps, 11);
         let (tb, state) = (c.buf(&tap_w), c.zeros(slots * hidden));
         let mut want_state = ConvState::new(1);
@@ -200,7 +205,14 @@ fn short_conv_steps_over_a_ring_state() {
             let bcx = values(n * stride, 20 + i as u64);
             let (bb, yb) = (c.buf(&bcx), c.zeros(n * hidden));
             let step = c.step(n, pos0);
-            let io = ConvIo { bcx: &bb, stride, taps: &tb, state: &state, slots, y: &yb };
+            let io = ConvIo {
+                bcx: &bb,
+                stride,
+                taps: &tb,
+                state: &state,
+                slots,
+                y: &yb,
+            };
             c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
             let row = |t: usize, part: usize| &bcx[t * stride + part * hidden..][..hidden];
             let bx: Vec<f32> = (0..n)
@@ -210,11 +222,18 @@ fn short_conv_steps_over_a_ring_state() {
             let want: Vec<f32> = (0..n)
                 .flat_map(|t| {
                     let y = &conv[t * hidden..][..hidden];
-                    row(t, 1).iter().zip(y).map(|(g, y)| g * y).collect::<Vec<_>>()
+                    row(t, 1)
+                        .iter()
+                        .zip(y)
+                        .map(|(g, y)| g * y)
+                        .collect::<Vec<_>>()
                 })
                 .collect();
             let d = max_diff(&c.read(&yb, n * hidden), &want);
-            assert!(d < 1e-5, "hidden {hidden} taps {taps} slots {slots} step {i}: {d}");
+            assert!(
+                d < 1e-5,
+                "hidden {hidden} taps {taps} slots {slots} step {i}: {d}"
+            );
             pos0 += n;
         }
     }

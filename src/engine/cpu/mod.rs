@@ -14,6 +14,7 @@ pub mod team;
 use super::{Backend, Logits, Want};
 use crate::adapters::Adapter;
 use crate::error::Result;
+use crate::model::reference::KvStore;
 use crate::model::{Linear, Reference};
 use crate::quant::kv::KvFormat;
 pub use footprint::Footprint;
@@ -128,10 +129,12 @@ impl<'a, M: Linear> CpuBackend<'a, M> {
             .state
             .cache
             .get_or_insert_with(|| Cache::new(config, format));
-        let logits = match cache {
-            Cache::F32(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
-            Cache::Int8(c) => self.model.forward_adapted(c, tokens, all, self.adapter),
-        }?;
+        // One forward for both formats (dyn: a copy of the forward is wasm bytes).
+        let kv: &mut dyn KvStore = match cache {
+            Cache::F32(c) => c,
+            Cache::Int8(c) => c,
+        };
+        let logits = self.model.forward_adapted(kv, tokens, all, self.adapter)?;
         // A round that failed left NaNs: the call fails, and the cache holds positions
         // its tokens do not record (every later call fails the same way).
         self.state.check_team()?;

@@ -284,7 +284,17 @@ impl GpuSession {
     ) -> Result<()> {
         let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
         let (h, stride) = (c.hidden, 3 * c.hidden);
-        self.normed_matmul(m, pass, &w.qkv, &w.attn_norm, None, false, &b.qkv, stride, n)?;
+        self.normed_matmul(
+            m,
+            pass,
+            &w.qkv,
+            &w.attn_norm,
+            None,
+            false,
+            &b.qkv,
+            stride,
+            n,
+        )?;
         let (state, slots) = (&self.cache[l].k, self.cache[l].slots);
         let io = ConvIo {
             bcx: &b.qkv,

@@ -8,7 +8,7 @@
 
 use super::{Arch, Family, GlobalTensor, Keys, LayerTensor};
 use crate::error::{Error, Result};
-use crate::model::config::{Config, RopeStyle};
+use crate::model::config::{Config, RopeStyle, MAX_CONV_MODEL_LAYERS};
 use crate::model::weights::TensorSpec;
 
 pub struct Lfm2;
@@ -26,9 +26,19 @@ impl Family for Lfm2 {
         let base = k.base(Arch::Lfm2)?;
         let kv = k
             .per_layer("attention.head_count_kv", base.n_layers)?
-            .ok_or_else(|| Error::gguf(format!("{} is missing", k.key("attention.head_count_kv"))))?;
-        let conv_layers: Vec<bool> = kv.iter().map(|&n| n == 0).collect();
-        let conv_taps = match conv_layers.contains(&true) {
+            .ok_or_else(|| {
+                Error::gguf(format!("{} is missing", k.key("attention.head_count_kv")))
+            })?;
+        if kv.len() > MAX_CONV_MODEL_LAYERS {
+            return Err(Error::unsupported(format!(
+                "{} layers (Pippin's LFM2 takes up to {MAX_CONV_MODEL_LAYERS})",
+                kv.len()
+            )));
+        }
+        let conv_layers = (0..kv.len())
+            .filter(|&l| kv[l] == 0)
+            .fold(0u64, |m, l| m | 1 << l);
+        let conv_taps = match conv_layers != 0 {
             true => k.int("shortconv.l_cache")?,
             false => 0,
         };
@@ -56,9 +66,8 @@ impl Family for Lfm2 {
             return t.spec(c, l);
         }
         let h = c.hidden;
-        let part = |row0| {
-            TensorSpec::matrix(t.name(l), h, h).in_rows_of(ConvInProj.name(l), row0, 3 * h)
-        };
+        let part =
+            |row0| TensorSpec::matrix(t.name(l), h, h).in_rows_of(ConvInProj.name(l), row0, 3 * h);
         match t {
             Q => part(0),
             K => part(h),
@@ -70,10 +79,9 @@ impl Family for Lfm2 {
 
     fn global_spec(&self, t: GlobalTensor, c: &Config) -> TensorSpec {
         match t {
-            GlobalTensor::OutputNorm => TensorSpec::vector(
-                super::tensors::LFM2_OUTPUT_NORM.to_string(),
-                c.hidden,
-            ),
+            GlobalTensor::OutputNorm => {
+                TensorSpec::vector(super::tensors::LFM2_OUTPUT_NORM.to_string(), c.hidden)
+            }
             _ => t.spec(c),
         }
     }
