@@ -83,12 +83,12 @@ impl LayerCache {
     /// noticed as a sliding window's is (`GpuSession::truncate`).
     pub fn conv(gpu: &Gpu, c: &Config) -> Result<LayerCache> {
         let s = CacheSize::conv(c);
-        let unused = || gpu.storage("unused", 4);
+        let unused = gpu.storage("unused", 4)?;
         Ok(LayerCache {
             k: gpu.storage("convolution state", s.values)?,
-            v: unused()?,
-            k_scales: unused()?,
-            v_scales: unused()?,
+            v: unused.clone(),
+            k_scales: unused.clone(),
+            v_scales: unused,
             slots: s.slots,
             window: c.conv_taps,
         })

@@ -335,50 +335,90 @@ impl<M> Weights<M> {
     }
 }
 
-/// A layer's (or the globals') tensors as read, by what each is to the model: each
-/// taken where the model uses it, checked to be the matrix or vector its spec says.
-struct Taken<K, M> {
-    tensors: HashMap<K, (Tensor<M>, TensorSpec)>,
+/// A tensor by what it is to the model (one key type: one copy of `Taken` in the wasm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Layer(LayerTensor),
+    Global(GlobalTensor),
 }
 
-impl<K: Copy + Eq + std::hash::Hash + std::fmt::Debug, M> Taken<K, M> {
-    fn new(
+impl From<LayerTensor> for Part {
+    fn from(t: LayerTensor) -> Part {
+        Part::Layer(t)
+    }
+}
+
+impl From<GlobalTensor> for Part {
+    fn from(t: GlobalTensor) -> Part {
+        Part::Global(t)
+    }
+}
+
+/// A layer's (or the globals') tensors as read, by what each is to the model: each
+/// taken where the model uses it, checked to be the matrix or vector its spec says.
+/// A list: a layer has at most a score of tensors.
+struct Taken<M> {
+    tensors: Vec<(Part, Tensor<M>, TensorSpec)>,
+}
+
+impl<M> Taken<M> {
+    fn new<K: Into<Part>>(
         specs: impl Iterator<Item = (K, TensorSpec)>,
         read: &mut impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
     ) -> Result<Self> {
         let tensors = specs
-            .map(|(k, s)| Ok((k, (read(&s)?, s))))
-            .collect::<Result<HashMap<_, _>>>()?;
+            .map(|(k, s)| Ok((k.into(), read(&s)?, s)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Taken { tensors })
     }
 
-    fn optional_matrix(&mut self, k: K) -> Result<Option<M>> {
-        match self.tensors.remove(&k) {
+    fn take(&mut self, k: Part) -> Option<(Tensor<M>, TensorSpec)> {
+        let i = self.tensors.iter().position(|t| t.0 == k)?;
+        let (_, t, s) = self.tensors.swap_remove(i);
+        Some((t, s))
+    }
+
+    #[inline(always)]
+    fn optional_matrix(&mut self, k: impl Into<Part>) -> Result<Option<M>> {
+        self.take_matrix(k.into())
+    }
+
+    #[inline(always)]
+    fn optional_vector(&mut self, k: impl Into<Part>) -> Result<Option<Vec<f32>>> {
+        self.take_vector(k.into())
+    }
+
+    #[inline(always)]
+    fn matrix(&mut self, k: impl Into<Part>) -> Result<M> {
+        let k = k.into();
+        self.take_matrix(k)?.ok_or_else(|| absent(k))
+    }
+
+    #[inline(always)]
+    fn vector(&mut self, k: impl Into<Part>) -> Result<Vec<f32>> {
+        let k = k.into();
+        self.take_vector(k)?.ok_or_else(|| absent(k))
+    }
+
+    fn take_matrix(&mut self, k: Part) -> Result<Option<M>> {
+        match self.take(k) {
             None => Ok(None),
             Some((Tensor::Matrix(m), _)) => Ok(Some(m)),
             Some((_, s)) => Err(Error::gguf(format!("{} was read as a vector", s.name))),
         }
     }
 
-    fn optional_vector(&mut self, k: K) -> Result<Option<Vec<f32>>> {
-        match self.tensors.remove(&k) {
+    fn take_vector(&mut self, k: Part) -> Result<Option<Vec<f32>>> {
+        match self.take(k) {
             None => Ok(None),
             Some((Tensor::Vector(v), _)) => Ok(Some(v)),
             Some((_, s)) => Err(Error::gguf(format!("{} was read as a matrix", s.name))),
         }
     }
+}
 
-    fn matrix(&mut self, k: K) -> Result<M> {
-        self.optional_matrix(k)?.ok_or_else(|| Self::absent(k))
-    }
-
-    fn vector(&mut self, k: K) -> Result<Vec<f32>> {
-        self.optional_vector(k)?.ok_or_else(|| Self::absent(k))
-    }
-
-    fn absent(k: K) -> Error {
-        Error::gguf(format!("the model's family has no {k:?} tensor"))
-    }
+fn absent(k: Part) -> Error {
+    Error::gguf(format!("the model's family has no {k:?} tensor"))
 }
 
 /// What one GGUF tensor is to the model: a whole weight, or half of a palettized one.

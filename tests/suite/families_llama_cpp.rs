@@ -1,7 +1,8 @@
 //! Families no real checkpoint of which is here — qwen2 (Q/K/V biases, half-split
 //! RoPE), granite (four multipliers), smollm3 (layers without RoPE), gemma2 (soft-caps,
 //! windows on alternate layers, Gemma's norms and GELU), phi3 (fused Q|K|V and
-//! gate|up, partial RoPE with LongRoPE factors) — on files of
+//! gate|up, partial RoPE with LongRoPE factors), lfm2 (gated short convolutions beside
+//! GQA layers, their state kept across turns) — on files of
 //! SmolLM2's real tensors laid out as each family's are, with the family's own parts
 //! (scripts/lib/make_families.py, run by scripts/fetch-fixtures), against llama.cpp
 //! on the same files: each step's logits teacher-forced, the greedy tokens llama.cpp

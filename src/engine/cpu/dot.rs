@@ -122,15 +122,19 @@ fn kquant(ty: GgmlType) -> Option<KQuant> {
 
 /// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`), fastest available way.
 pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
+    // With SIMD128 every type of `has_int_dot` has a SIMD kernel: the plain loops are
+    // not linked into the engine (-6 KB of wasm).
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
         if let Some(b) = simd_block(ty) {
             return pippin_cpu_kernels::simd::blocks::dot(b, row, x.acts());
         }
-        if let Some(k) = kquant(ty) {
-            return pippin_cpu_kernels::simd::kquants::dot(k, row, x.acts());
+        match kquant(ty) {
+            Some(k) => pippin_cpu_kernels::simd::kquants::dot(k, row, x.acts()),
+            None => 0.0,
         }
     }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     dot_scalar(ty, row, x)
 }
 

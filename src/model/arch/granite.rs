@@ -2,7 +2,7 @@
 //! attention scores' (instead of 1/√head_dim), each block's output before its residual
 //! add, and a divisor of the logits.
 
-use super::{Arch, Family, Keys};
+use super::{Family, Keys};
 use crate::error::Result;
 use crate::model::config::Config;
 
@@ -17,16 +17,13 @@ impl Family for Granite {
         "src/model/arch/granite.rs"
     }
 
-    fn config(&self, k: &Keys) -> Result<Config> {
-        let base = k.base(Arch::Granite)?;
+    fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         // llama.cpp requires logit_scale and defaults the others to "no multiplier".
         k.require("logit_scale")?;
-        Ok(Config {
-            embed_scale: k.float("embedding_scale", 1.0)?,
-            attn_scale: k.float("attention.scale", base.attn_scale as f64)?,
-            residual_scale: k.float("residual_scale", 1.0)?,
-            logit_scale: 1.0 / k.float("logit_scale", 1.0)?,
-            ..base
-        })
+        c.embed_scale = k.float("embedding_scale", 1.0)?;
+        c.attn_scale = k.float("attention.scale", c.attn_scale as f64)?;
+        c.residual_scale = k.float("residual_scale", 1.0)?;
+        c.logit_scale = 1.0 / k.float("logit_scale", 1.0)?;
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@
 //! Attention layers have QK-norm and half-split RoPE, and slide when the file gives
 //! `attention.sliding_window`. The final norm is stored as `token_embd_norm`.
 
-use super::{Arch, Family, GlobalTensor, Keys, LayerTensor};
+use super::{Family, GlobalTensor, Keys, LayerTensor};
 use crate::error::{Error, Result};
 use crate::model::config::{Config, RopeStyle, MAX_CONV_MODEL_LAYERS};
 use crate::model::weights::TensorSpec;
@@ -22,10 +22,9 @@ impl Family for Lfm2 {
         "src/model/arch/lfm2.rs"
     }
 
-    fn config(&self, k: &Keys) -> Result<Config> {
-        let base = k.base(Arch::Lfm2)?;
+    fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         let kv = k
-            .per_layer("attention.head_count_kv", base.n_layers)?
+            .per_layer("attention.head_count_kv", c.n_layers)?
             .ok_or_else(|| {
                 Error::gguf(format!("{} is missing", k.key("attention.head_count_kv")))
             })?;
@@ -38,18 +37,14 @@ impl Family for Lfm2 {
         let conv_layers = (0..kv.len())
             .filter(|&l| kv[l] == 0)
             .fold(0u64, |m, l| m | 1 << l);
-        let conv_taps = match conv_layers != 0 {
-            true => k.int("shortconv.l_cache")?,
-            false => 0,
-        };
-        Ok(Config {
-            rope_style: RopeStyle::HalfSplit,
-            qk_norm: true,
-            sliding_window: k.opt_int("attention.sliding_window")?.unwrap_or(0),
-            conv_layers,
-            conv_taps,
-            ..base
-        })
+        if conv_layers != 0 {
+            c.conv_taps = k.int("shortconv.l_cache")?;
+        }
+        c.conv_layers = conv_layers;
+        c.rope_style = RopeStyle::HalfSplit;
+        c.qk_norm = true;
+        c.sliding_window = k.opt_int("attention.sliding_window")?.unwrap_or(0);
+        Ok(())
     }
 
     fn layer_tensors(&self, c: &Config, l: usize) -> Vec<LayerTensor> {

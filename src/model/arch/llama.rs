@@ -2,9 +2,7 @@
 //! attention and a SwiGLU MLP, RoPE on adjacent pairs (llama.cpp's converter permutes
 //! Q/K rows so that this equals Hugging Face's half-split rotation).
 
-use super::{Arch, Family, Keys};
-use crate::error::Result;
-use crate::model::config::Config;
+use super::Family;
 
 pub struct Llama;
 
@@ -15,9 +13,5 @@ impl Family for Llama {
 
     fn module(&self) -> &'static str {
         "src/model/arch/llama.rs"
-    }
-
-    fn config(&self, k: &Keys) -> Result<Config> {
-        k.base(Arch::Llama)
     }
 }

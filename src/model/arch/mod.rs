@@ -106,9 +106,12 @@ pub trait Family: Sync {
     /// The source file that describes it (`pippin info` names it).
     fn module(&self) -> &'static str;
 
-    /// The model's shape and block, from the file's keys (`Keys::base` has the ones
-    /// every family shares). `Config::from_gguf` validates it after.
-    fn config(&self, k: &Keys) -> Result<Config>;
+    /// The model's shape and block from the file's keys: `c` comes as `Keys::base`
+    /// reads it (the keys every family shares, llama's block), and the family sets
+    /// what differs. `Config::from_gguf` validates it after.
+    fn config(&self, _k: &Keys, _c: &mut Config) -> Result<()> {
+        Ok(())
+    }
 
     /// The tensors of layer `l`: the projections and norms of the block `c` describes.
     fn layer_tensors(&self, c: &Config, _l: usize) -> Vec<LayerTensor> {
@@ -147,7 +150,9 @@ pub fn config_of(g: &Gguf) -> Result<Config> {
         .ok_or_else(|| Error::gguf("general.architecture is missing"))?;
     let arch = Arch::from_name(name)?;
     let family = arch.family();
-    let cfg = family.config(&Keys::new(g, name))?;
+    let keys = Keys::new(g, name);
+    let mut cfg = keys.base(arch)?;
+    family.config(&keys, &mut cfg)?;
     cfg.validate()?;
     let mut used = std::collections::HashSet::new();
     for l in 0..cfg.n_layers {

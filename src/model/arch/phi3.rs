@@ -8,7 +8,7 @@
 //! llama.cpp does for such contexts. `attention.sliding_window` is not applied
 //! (llama.cpp disables it for this family: the converters write it inconsistently).
 
-use super::{Arch, Family, GlobalTensor, Keys, LayerTensor};
+use super::{Family, GlobalTensor, Keys, LayerTensor};
 use crate::error::Result;
 use crate::model::config::{Config, RopeStyle};
 use crate::model::weights::TensorSpec;
@@ -24,20 +24,17 @@ impl Family for Phi3 {
         "src/model/arch/phi3.rs"
     }
 
-    fn config(&self, k: &Keys) -> Result<Config> {
-        let base = k.base(Arch::Phi3)?;
+    fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         let long_rope = k.has_tensor(GlobalTensor::RopeFactorsShort);
-        let context_length = match k.opt_int("rope.scaling.original_context_length")? {
-            Some(original) if long_rope => base.context_length.min(original),
-            _ => base.context_length,
-        };
-        Ok(Config {
-            rope_style: RopeStyle::HalfSplit,
-            rope_freq_factors: long_rope,
-            rope_mscale: k.float("rope.scaling.attn_factor", 1.0)?,
-            context_length,
-            ..base
-        })
+        if let Some(original) = k.opt_int("rope.scaling.original_context_length")? {
+            if long_rope {
+                c.context_length = c.context_length.min(original);
+            }
+        }
+        c.rope_style = RopeStyle::HalfSplit;
+        c.rope_freq_factors = long_rope;
+        c.rope_mscale = k.float("rope.scaling.attn_factor", 1.0)?;
+        Ok(())
     }
 
     fn layer_spec(&self, t: LayerTensor, c: &Config, l: usize) -> TensorSpec {

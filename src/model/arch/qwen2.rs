@@ -2,7 +2,7 @@
 //! (read wherever a file has them, as for every family) and RoPE over the halves of a
 //! head (GPT-NeoX style).
 
-use super::{Arch, Family, Keys};
+use super::{Family, Keys};
 use crate::error::{Error, Result};
 use crate::model::config::{Config, RopeStyle};
 
@@ -17,17 +17,14 @@ impl Family for Qwen2 {
         "src/model/arch/qwen2.rs"
     }
 
-    fn config(&self, k: &Keys) -> Result<Config> {
-        let c = Config {
-            rope_style: RopeStyle::HalfSplit,
-            ..k.base(Arch::Qwen2)?
-        };
+    fn config(&self, _k: &Keys, c: &mut Config) -> Result<()> {
+        c.rope_style = RopeStyle::HalfSplit;
         // Every Qwen2 checkpoint has them; without, this would be another family.
         if !c.qkv_bias {
             return Err(Error::gguf(
                 "tensor blk.0.attn_q.bias is missing (a qwen2 layer has Q, K and V biases)",
             ));
         }
-        Ok(c)
+        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Qwen3: llama's block with a per-head RMSNorm on queries and keys before RoPE,
 //! which pairs the halves of a head (as GPT-NeoX).
 
-use super::{Arch, Family, Keys};
+use super::{Family, Keys};
 use crate::error::Result;
 use crate::model::config::{Config, RopeStyle};
 
@@ -16,11 +16,9 @@ impl Family for Qwen3 {
         "src/model/arch/qwen3.rs"
     }
 
-    fn config(&self, k: &Keys) -> Result<Config> {
-        Ok(Config {
-            rope_style: RopeStyle::HalfSplit,
-            qk_norm: true,
-            ..k.base(Arch::Qwen3)?
-        })
+    fn config(&self, _k: &Keys, c: &mut Config) -> Result<()> {
+        c.rope_style = RopeStyle::HalfSplit;
+        c.qk_norm = true;
+        Ok(())
     }
 }

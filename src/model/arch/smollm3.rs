@@ -2,8 +2,7 @@
 //! embedding (NoPE): its queries and keys are not rotated. llama.cpp fixes the
 //! interval at 4, as the checkpoints do.
 
-use super::{Arch, Block, Family, Keys};
-use crate::error::Result;
+use super::{Block, Family};
 use crate::model::config::Config;
 
 pub struct Smollm3;
@@ -18,10 +17,6 @@ impl Family for Smollm3 {
 
     fn module(&self) -> &'static str {
         "src/model/arch/smollm3.rs"
-    }
-
-    fn config(&self, k: &Keys) -> Result<Config> {
-        k.base(Arch::Smollm3)
     }
 
     fn block(&self, c: &Config, l: usize) -> Block {
