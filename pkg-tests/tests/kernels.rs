@@ -245,7 +245,14 @@ async fn short_conv_over_a_ring_state() {
         let bb = c.buf(&bcx);
         let yb = c.gpu.storage("y", (n * hidden * 4) as u64).unwrap();
         let step = c.step(n, pos0);
-        let io = ConvIo { bcx: &bb, stride, taps: &tb, state: &state, slots, y: &yb };
+        let io = ConvIo {
+            bcx: &bb,
+            stride,
+            taps: &tb,
+            state: &state,
+            slots,
+            y: &yb,
+        };
         c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
         let row = |t: usize, part: usize| &bcx[t * stride + part * hidden..][..hidden];
         let bx: Vec<f32> = (0..n)
@@ -255,7 +262,11 @@ async fn short_conv_over_a_ring_state() {
         let want: Vec<f32> = (0..n)
             .flat_map(|t| {
                 let y = &conv[t * hidden..][..hidden];
-                row(t, 1).iter().zip(y).map(|(g, y)| g * y).collect::<Vec<_>>()
+                row(t, 1)
+                    .iter()
+                    .zip(y)
+                    .map(|(g, y)| g * y)
+                    .collect::<Vec<_>>()
             })
             .collect();
         let d = max_diff(&c.read(&yb, n * hidden).await, &want);
