@@ -369,6 +369,15 @@ fn family_parts_missing_or_wrong_are_named() {
         &["blk.0.ffn_up.weight", "shape"],
     );
     lfm2_parts_missing_or_wrong_are_named();
+    let s = Spec {
+        extra: vec![(
+            "llama.attention.head_count_kv".into(),
+            Value::Array(Array::U32(vec![1, 0])),
+        )],
+        ..Spec::llama()
+    };
+    let words = ["llama.attention.head_count_kv", "layer 1 no KV heads"];
+    refused("llama-layer-without-kv-heads", &s.bytes(), &words);
 }
 
 /// LFM2: a convolution's taps or in_proj missing or misshapen, its per-layer KV head

@@ -153,6 +153,16 @@ pub fn config_of(g: &Gguf) -> Result<Config> {
     let keys = Keys::new(g, name);
     let mut cfg = keys.base(arch)?;
     family.config(&keys, &mut cfg)?;
+    // A layer of 0 KV heads is a convolution to LFM2; to any other family, an error.
+    let kv = keys.per_layer("attention.head_count_kv", cfg.n_layers)?;
+    if let Some(l) = kv.and_then(|kv| kv.iter().position(|&n| n == 0)) {
+        if !cfg.is_conv(l) {
+            return Err(Error::gguf(format!(
+                "{} gives layer {l} no KV heads (a {name} layer attends)",
+                keys.key("attention.head_count_kv")
+            )));
+        }
+    }
     cfg.validate()?;
     let mut used = std::collections::HashSet::new();
     for l in 0..cfg.n_layers {
