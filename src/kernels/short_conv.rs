@@ -1,5 +1,5 @@
 //! LFM2's gated short convolution (`short_conv.wgsl`) over a step's tokens, with the
-//! layer's state in a ring of B ⊙ x rows. CPU reference: `model::short_conv`.
+//! layer's state in a ring of B ⊙ x rows. CPU reference: `model::short_conv::ConvState::gated`.
 
 use super::{grid, Kernels, Shader};
 use crate::error::Result;

@@ -35,12 +35,7 @@ impl KvCache {
     /// where the convolution state no longer reaches back to `len`. Returns the
     /// positions kept.
     pub fn truncate(&mut self, len: usize, c: &Config) -> usize {
-        let len = self.len.min(len);
-        self.len = match self.conv.truncate(len, c.conv_taps, c.hidden) {
-            true => len,
-            false => 0,
-        };
-        self.conv.truncate(self.len, c.conv_taps, c.hidden);
+        self.len = self.conv.cut(self.len.min(len), c.conv_taps, c.hidden);
         for l in self.k.iter_mut().chain(self.v.iter_mut()) {
             l.truncate(self.len * c.kv_dim());
         }

@@ -75,10 +75,45 @@ impl ConvState {
         out
     }
 
+    /// `short_conv.wgsl`'s step on `[n][stride]` rows of B | C | x (its CPU
+    /// reference): y = C ⊙ conv(B ⊙ x) of layer `l` at positions `pos0..`, as `run`.
+    pub fn gated(
+        &mut self,
+        l: usize,
+        pos0: usize,
+        bcx: &[f32],
+        stride: usize,
+        taps: &[f32],
+        n_taps: usize,
+    ) -> Vec<f32> {
+        let hidden = taps.len() / n_taps;
+        let part = |r: &[f32], i: usize| r[i * hidden..][..hidden].to_vec();
+        let rows = || bcx.chunks_exact(stride);
+        let bx: Vec<f32> = rows()
+            .flat_map(|r| part(r, 0).into_iter().zip(part(r, 2)).map(|(b, x)| b * x))
+            .collect();
+        let mut y = self.run(l, pos0, &bx, taps, n_taps);
+        for (y, r) in y.chunks_exact_mut(hidden).zip(rows()) {
+            y.iter_mut().zip(part(r, 1)).for_each(|(y, c)| *y *= c);
+        }
+        y
+    }
+
+    /// Cuts every layer back to `len` positions where each still holds the rows
+    /// position `len` convolves, else to 0 (the caller runs the conversation from the
+    /// start); returns the positions kept, which the KV store keeps too.
+    pub fn cut(&mut self, len: usize, n_taps: usize, hidden: usize) -> usize {
+        if self.truncate(len, n_taps, hidden) {
+            len
+        } else {
+            self.truncate(0, n_taps, hidden);
+            0
+        }
+    }
+
     /// Cuts every layer back to `len` positions. False (nothing cut) where a layer
-    /// no longer holds the rows position `len` would convolve: the caller runs the
-    /// conversation from the start.
-    pub fn truncate(&mut self, len: usize, n_taps: usize, hidden: usize) -> bool {
+    /// no longer holds the rows position `len` would convolve.
+    fn truncate(&mut self, len: usize, n_taps: usize, hidden: usize) -> bool {
         if len == 0 {
             self.rows.iter_mut().for_each(Vec::clear);
             self.lo.iter_mut().for_each(|lo| *lo = 0);

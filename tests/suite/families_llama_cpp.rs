@@ -21,6 +21,7 @@ use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, KvCache, Reference};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::argmax;
+use pippin::testing::max_abs_diff;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -135,28 +136,29 @@ fn families_match_llama_cpp_on_the_cpu_backend() {
     }
 }
 
+/// `family`'s file on the GPU (lavapipe) and the options its sessions take.
+fn gpu_model(family: &str) -> (GpuModel, SessionOptions) {
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
+    let m = pollster::block_on(GpuModel::load_file(gpu, &file(family), &mut |_, _| {}))
+        .unwrap()
+        .0;
+    let opts = SessionOptions {
+        max_context: 256,
+        kv: KvFormat::F32,
+        chunk: 64,
+        cpu_memory: None,
+    };
+    (m, opts)
+}
+
 #[test]
 fn families_match_llama_cpp_on_the_gpu() {
     for family in FAMILIES {
-        let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        let m = pollster::block_on(GpuModel::load_file(gpu, &file(family), &mut |_, _| {}))
-            .unwrap()
-            .0;
-        let opts = SessionOptions {
-            max_context: 256,
-            kv: KvFormat::F32,
-            chunk: 64,
-            cpu_memory: None,
-        };
+        let (m, opts) = gpu_model(family);
         let mut s = GpuSession::new(&m, opts).unwrap();
         let mut b = GpuBackend::new(&m, &mut s);
         check_backend(&format!("{family} GPU"), &reference_of(family), &mut b);
     }
-}
-
-/// The last position's logits of `tokens` run on `b` after what it holds.
-fn last_logits(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
-    logits(b, tokens)
 }
 
 /// LFM2's convolution state across turns: a conversation cut back within the state's
@@ -170,22 +172,18 @@ fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend,
     let mut agree = |b: &mut dyn FnMut(&[u32]) -> Vec<f32>, held: usize, end: usize| {
         let got = b(&tokens[held..end]);
         fresh.truncate(0);
-        let want = last_logits(fresh, &tokens[..end]);
-        let d = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let want = logits(fresh, &tokens[..end]);
+        let d = max_abs_diff(&got, &want);
         assert!(
             d < 0.02,
             "{what}: {held} held, to {end}: logits differ by {d}"
         );
     };
     b.truncate(0);
-    last_logits(b, &tokens[..60]);
-    last_logits(b, &tokens[60..70]);
+    logits(b, &tokens[..60]);
+    logits(b, &tokens[60..70]);
     for t in &tokens[70..75] {
-        last_logits(b, std::slice::from_ref(t));
+        logits(b, std::slice::from_ref(t));
     }
     // Back 10 positions (within the rollback): continued from the cut.
     b.truncate(65);
@@ -194,9 +192,9 @@ fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend,
         65,
         "{what}: a cut within the rollback is kept"
     );
-    agree(&mut |t| last_logits(b, t), 65, 90);
+    agree(&mut |t| logits(b, t), 65, 90);
     if extra > 0 {
-        last_logits(b, &tokens[90..]);
+        logits(b, &tokens[90..]);
     }
     b.truncate(10);
     assert_eq!(
@@ -204,7 +202,7 @@ fn check_state_reuse(what: &str, b: &mut impl Backend, fresh: &mut impl Backend,
         0,
         "{what}: a cut past the rollback starts again"
     );
-    agree(&mut |t| last_logits(b, t), 0, 40);
+    agree(&mut |t| logits(b, t), 0, 40);
 }
 
 #[test]
@@ -223,16 +221,7 @@ fn lfm2_state_is_reused_across_turns_on_the_cpu_backend() {
 
 #[test]
 fn lfm2_state_is_reused_across_turns_on_the_gpu() {
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-    let m = pollster::block_on(GpuModel::load_file(gpu, &file("lfm2"), &mut |_, _| {}))
-        .unwrap()
-        .0;
-    let opts = SessionOptions {
-        max_context: 256,
-        kv: KvFormat::F32,
-        chunk: 64,
-        cpu_memory: None,
-    };
+    let (m, opts) = gpu_model("lfm2");
     let mut s1 = GpuSession::new(&m, opts.clone()).unwrap();
     let mut s2 = GpuSession::new(&m, opts).unwrap();
     let mut fresh = GpuBackend::new(&m, &mut s2);

@@ -214,21 +214,7 @@ fn short_conv_steps_over_a_ring_state() {
                 y: &yb,
             };
             c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
-            let row = |t: usize, part: usize| &bcx[t * stride + part * hidden..][..hidden];
-            let bx: Vec<f32> = (0..n)
-                .flat_map(|t| row(t, 0).iter().zip(row(t, 2)).map(|(b, x)| b * x))
-                .collect();
-            let conv = want_state.run(0, pos0, &bx, &tap_w, taps);
-            let want: Vec<f32> = (0..n)
-                .flat_map(|t| {
-                    let y = &conv[t * hidden..][..hidden];
-                    row(t, 1)
-                        .iter()
-                        .zip(y)
-                        .map(|(g, y)| g * y)
-                        .collect::<Vec<_>>()
-                })
-                .collect();
+            let want = want_state.gated(0, pos0, &bcx, stride, &tap_w, taps);
             let d = max_diff(&c.read(&yb, n * hidden), &want);
             assert!(
                 d < 1e-5,

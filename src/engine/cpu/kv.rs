@@ -76,12 +76,7 @@ impl Int8Kv {
 
     /// As `KvCache::truncate`.
     pub fn truncate(&mut self, len: usize, c: &Config) -> usize {
-        let len = self.len.min(len);
-        self.len = match self.conv.truncate(len, c.conv_taps, c.hidden) {
-            true => len,
-            false => 0,
-        };
-        self.conv.truncate(self.len, c.conv_taps, c.hidden);
+        self.len = self.conv.cut(self.len.min(len), c.conv_taps, c.hidden);
         let (heads, values) = (
             self.len * self.kv_heads,
             self.len * self.kv_heads * self.head_dim,
