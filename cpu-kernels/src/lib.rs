@@ -9,6 +9,9 @@
 //!   plain loops (all targets; the reference of `simd::blocks`).
 //! - `kquants`: integer dot products of K-quant super-blocks (Q2_K…Q6_K) with 16-bit
 //!   activations in plain loops (all targets; the reference of `simd::kquants`).
+//! - `palette`: integer dot products of palettized rows (2- and 4-bit indices into a
+//!   table quantized to integers) with 16-bit activations in plain loops (all targets;
+//!   the reference of `simd::palette`).
 //! - `simd`: quantized block dot products, int8 attention and f32 dot/axpy in wasm
 //!   SIMD128 (only there; elsewhere the engine's plain loops run, the reference these
 //!   are tested against in `pkg-tests`).
@@ -16,6 +19,7 @@
 pub mod dots;
 pub mod ggml;
 pub mod kquants;
+pub mod palette;
 
 /// Activations quantized per 32 values (`q ≈ x / d`; `s = d·Σq` per block), one token
 /// after another.
@@ -32,4 +36,5 @@ pub mod simd {
     pub mod f32;
     pub mod int8;
     pub mod kquants;
+    pub mod palette;
 }

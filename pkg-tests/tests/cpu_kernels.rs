@@ -6,7 +6,9 @@
 #[cfg(not(target_feature = "simd128"))]
 compile_error!("the package's CPU kernels are built for SIMD128 (.cargo/config.toml)");
 
-use pippin::engine::cpu::dot::{dot, dot_f32, dot_scalar, dots, has_int_dot, Q16};
+use pippin::engine::cpu::dot::{
+    dot, dot_f32, dot_scalar, dots, has_int_dot, palette, palette_scalar, Levels, Q16,
+};
 use pippin::engine::QMatrix;
 use pippin::model::reference::matmul;
 use pippin::model::Linear;
@@ -93,6 +95,51 @@ fn simd_integer_dots_equal_the_plain_loops() {
             (dot_f32(&a, &b) - plain).abs() <= 1e-5 * magnitude(&a, &b) + 1e-6,
             "{n}"
         );
+    }
+}
+
+#[wasm_bindgen_test]
+fn simd_palette_dots_equal_the_plain_loops() {
+    for bits in [2u32, 4] {
+        for cols in [32usize, 96, 576] {
+            let seed = bits as u64 * 1000 + cols as u64;
+            let mut r = Rng::new(seed);
+            let mut half = || (r.next_f32() * 65536.0) as u32 & 0xffff;
+            let words: Vec<u32> = (0..cols * bits as usize / 32)
+                .map(|_| (half() << 16) | half())
+                .collect();
+            let lut: Vec<f32> = values(1 << bits, seed + 1)
+                .iter()
+                .map(|v| v * 3.0)
+                .collect();
+            let lv = Levels::new(&lut);
+            let x = values(cols, seed + 2);
+            let q = Q16::quantize(&x);
+            let (simd, plain) = (
+                palette(bits, &words, &lv, q.row(0, cols)),
+                palette_scalar(bits, &words, &lv, q.row(0, cols)),
+            );
+            // The table's weights, decoded: index j is bits `bits·(j mod 32/bits)` of
+            // word j / (32/bits).
+            let per = 32 / bits as usize;
+            let w: Vec<f32> = (0..cols)
+                .map(|j| {
+                    lut[((words[j / per] >> ((j % per) as u32 * bits)) & ((1 << bits) - 1))
+                        as usize]
+                })
+                .collect();
+            let m = magnitude(&w, &x);
+            assert!(
+                (simd - plain).abs() <= 1e-6 * m + 1e-6,
+                "{bits} {cols}: {simd} vs {plain}"
+            );
+            let exact: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+            // Levels within 1/16382 of the table's largest.
+            assert!(
+                (simd - exact).abs() <= 3e-4 * m + 1e-6,
+                "{bits} {cols}: {simd} vs {exact}"
+            );
+        }
     }
 }
 

@@ -140,10 +140,17 @@ fn kquant_dot_products_hold_at_the_extremes() {
 
 #[test]
 fn palettized_matrices_multiply_like_their_tables() {
-    // 4 bits: a table per 16 rows (the last group short); 2 bits: a table per row.
-    for (bits, rows_per_lut) in [(4, 16), (2, 1)] {
-        let (rows, cols) = (67, 96);
-        let w = values(rows * cols, bits as u64);
+    // 4 bits: a table per 16 rows (the last group short); 2 bits: a table per row;
+    // weights of every magnitude (whole rows of zeros: tables of zeros) and widths of
+    // 1, 3 and 18 activation blocks.
+    let cases = [(4, 16, 96), (2, 1, 96), (4, 1, 32), (2, 16, 576)];
+    for (bits, rows_per_lut, cols) in cases {
+        let rows = 67;
+        let mut w = values(rows * cols, bits as u64 + cols as u64);
+        for (r, row) in w.chunks_mut(cols).enumerate() {
+            row.iter_mut()
+                .for_each(|v| *v *= [1.0, 0.0, 1e-3, 50.0][r % 4]);
+        }
         let p = palette::uniform(&w, rows, cols, bits, rows_per_lut);
         let idx: Vec<u8> = p
             .pack_indices()
@@ -154,13 +161,15 @@ fn palettized_matrices_multiply_like_their_tables() {
         let m = QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx, &lut).unwrap();
         let x = activations(3, cols, 9);
         let want = matmul(&x, &p.dequantize(), cols);
-        let what = format!("{bits}-bit palette");
-        assert_close(
-            &what,
-            &m.apply(&x, cols),
-            &want,
-            1e-6 * magnitude(&x, &w, cols),
-        );
+        let what = format!("{bits}-bit palette, {rows_per_lut} rows a table, {cols} columns");
+        // A prompt's tokens through decoded rows; one token through integer look-ups:
+        // levels within 1/16382 of their table's largest (about twice a weight's mean
+        // magnitude here), activations within 1/65534 of their block's.
+        let tol = magnitude(&x, &w, cols);
+        assert_close(&what, &m.apply(&x, cols), &want, 1e-6 * tol);
+        for (xt, want) in x.chunks_exact(cols).zip(want.chunks_exact(rows)) {
+            assert_close(&what, &m.apply(xt, cols), want, 3e-4 * tol);
+        }
         assert!(QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx[4..], &lut).is_err());
     }
 }

@@ -12,6 +12,7 @@
 
 use crate::quant::GgmlType;
 use pippin_cpu_kernels::kquants::KQuant;
+pub use pippin_cpu_kernels::palette::Levels;
 use pippin_cpu_kernels::Acts;
 
 /// Activations quantized per 32 values: `q ≈ x / d`, and `s = d · Σq` per block
@@ -181,6 +182,22 @@ pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Row) -> f32 {
         GgmlType::Iq4Nl => dots::iq4_nl(row, acts),
         _ => 0.0,
     }
+}
+
+/// `row · x` for a palettized row (`bits`-bit indices packed in `words`) into the
+/// table `lv`, in integers (`pippin_cpu_kernels::palette`).
+pub fn palette(bits: u32, words: &[u32], lv: &Levels, x: Row) -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        pippin_cpu_kernels::simd::palette::dot(bits, words, lv, x.acts())
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    palette_scalar(bits, words, lv, x)
+}
+
+/// `palette` in plain loops (the reference of the SIMD version).
+pub fn palette_scalar(bits: u32, words: &[u32], lv: &Levels, x: Row) -> f32 {
+    pippin_cpu_kernels::palette::dot(bits, words, lv, x.acts())
 }
 
 /// f32 dot product (vectorized by LLVM natively, SIMD128 in wasm).

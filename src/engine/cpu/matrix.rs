@@ -2,7 +2,8 @@
 //! GGUF stores them, or palettes (packed indices + tables). A matmul reads each row
 //! once for all the tokens it multiplies: formats with an integer dot product
 //! (`dot::has_int_dot`) multiply 16-bit quantized activations in integers (K-quants
-//! only for one token), the others decode a row to f32 and take f32 dot products.
+//! and palettes only for one token), the others decode a row to f32 and take f32 dot
+//! products.
 
 use super::dot::{self, Q16};
 use super::team::{self, Job, Remote, Slice, Team};
@@ -11,6 +12,7 @@ use crate::model::Linear;
 use crate::par::*;
 use crate::quant::{dequant, palette, GgmlType};
 use half::f16;
+use pippin_cpu_kernels::palette::Levels;
 use std::sync::Arc;
 
 pub enum Storage {
@@ -26,6 +28,8 @@ pub enum Storage {
         words: Vec<u32>,
         /// `[group][1 << bits]` table entries.
         luts: Vec<f32>,
+        /// Each group's table as integers (one token's integer dot products).
+        levels: Vec<Levels>,
     },
 }
 
@@ -143,10 +147,11 @@ impl QMatrix {
             )));
         }
         let words = bytemuck::pod_collect_to_vec::<u8, u32>(idx);
-        let luts = lut
+        let luts: Vec<f32> = lut
             .chunks_exact(2)
             .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect();
+        let levels = luts.chunks_exact(entries).map(Levels::new).collect();
         Ok(QMatrix {
             rows,
             cols,
@@ -155,6 +160,7 @@ impl QMatrix {
                 rows_per_lut: rows_per_lut.max(1),
                 words,
                 luts,
+                levels,
             },
             remote: None,
         })
@@ -164,7 +170,12 @@ impl QMatrix {
     pub fn bytes(&self) -> u64 {
         let here = match &self.storage {
             Storage::Ggml { data, .. } => data.len() as u64,
-            Storage::Palette { words, luts, .. } => 4 * (words.len() + luts.len()) as u64,
+            Storage::Palette {
+                words,
+                luts,
+                levels,
+                ..
+            } => 4 * (words.len() + luts.len()) as u64 + std::mem::size_of_val(&levels[..]) as u64,
         };
         here + self.remote.as_ref().map_or(0, |r| r.bytes)
     }
@@ -185,6 +196,7 @@ impl QMatrix {
                 rows_per_lut,
                 words,
                 luts,
+                ..
             } => {
                 let per_word = 32 / *bits as usize;
                 let n = palette::row_words(*bits, self.cols);
@@ -206,11 +218,13 @@ impl QMatrix {
             // K-quants: integers for one token; a prefill chunk decodes each row to f32
             // once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
             // 128-token prompt: 1.9 tok/s against 1.2 with integer tiles of 8 tokens).
+            // Palettes likewise: a look-up per index and token, or one per index.
             Storage::Ggml { ty, .. }
                 if dot::has_int_dot(*ty) && (t == 1 || !dot::is_kquant(*ty)) =>
             {
                 Some(Q16::quantize(x))
             }
+            Storage::Palette { .. } if t == 1 => Some(Q16::quantize(x)),
             _ => None,
         };
         let cols = self.cols;
@@ -230,6 +244,23 @@ impl QMatrix {
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let row = &data[(r0 + i) * row_bytes..][..*row_bytes];
                             dot::dots(*ty, row, q, cols, o);
+                        }
+                    }
+                    (
+                        Storage::Palette {
+                            bits,
+                            rows_per_lut,
+                            words,
+                            levels,
+                            ..
+                        },
+                        Some(q),
+                    ) => {
+                        let n = palette::row_words(*bits, cols);
+                        for (i, o) in out.iter_mut().enumerate() {
+                            let r = r0 + i;
+                            let lv = &levels[r / rows_per_lut];
+                            *o = dot::palette(*bits, &words[r * n..][..n], lv, q.row(0, cols));
                         }
                     }
                     _ => {
