@@ -98,6 +98,18 @@ impl Backend for AnyBackend<'_> {
             AnyBackend::Cpu(b) => b.context_length(),
         }
     }
+    fn verifies(&self) -> usize {
+        match self {
+            AnyBackend::Gpu(b) => b.verifies(),
+            AnyBackend::Cpu(b) => b.verifies(),
+        }
+    }
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            AnyBackend::Gpu(b) => b.verify(tokens).await,
+            AnyBackend::Cpu(b) => b.verify(tokens).await,
+        }
+    }
     fn chains(&self) -> bool {
         match self {
             AnyBackend::Gpu(b) => b.chains(),
