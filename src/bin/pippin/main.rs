@@ -8,7 +8,8 @@ mod quality;
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
-    self, CpuSession, Engine, GenerateOptions, SessionOptions, ToolChoice, ToolMode,
+    self, CpuSession, Engine, GenerateOptions, SessionOptions, Speculation, ToolChoice,
+    ToolMode,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -187,6 +188,9 @@ struct GenerateArgs {
     /// Guided generation: the reply follows the Lark grammar in FILE.
     #[arg(long, value_name = "FILE", group = "format")]
     grammar: Option<PathBuf>,
+    /// Decode one token a forward (no prompt lookup; the text is the same either way).
+    #[arg(long)]
+    no_speculation: bool,
 }
 
 /// The response format the flags ask for.
@@ -323,6 +327,11 @@ fn generate(a: GenerateArgs) -> Result<()> {
             None => vec![],
         },
         tool_choice: a.tools.as_ref().map(|_| tool_choice(&a.tool_choice)),
+        speculation: if a.no_speculation {
+            Speculation::Off
+        } else {
+            Speculation::Auto
+        },
     };
     let Prepared {
         ids: prompt,
