@@ -76,7 +76,7 @@ fn both(prompt: &[u32], tk: &Tokenizer, o: &GenerateOptions) -> [(String, Usage)
 }
 
 fn tokenizer() -> Tokenizer {
-    let (g, _) = Gguf::open(common::model_path()).unwrap();
+    let (g, _) = Gguf::open(&common::model_path()).unwrap();
     Tokenizer::from_gguf(&g.metadata).unwrap()
 }
 
@@ -86,9 +86,7 @@ const PASSAGE: &str = "The Debian Project is an association of individuals who h
 fn copying_replies_are_the_same_text_in_fewer_forwards() {
     let tk = tokenizer();
     let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
-    let prompt = tk
-        .encode_chat(&[Message::new("user", &ask)], true)
-        .unwrap();
+    let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
     for (temperature, stop) in [(0.0, vec![]), (0.7, vec![]), (0.0, vec!["kernel".into()])] {
         let o = GenerateOptions {
             max_tokens: 48,
@@ -104,7 +102,10 @@ fn copying_replies_are_the_same_text_in_fewer_forwards() {
         assert_eq!(on, off, "t {temperature}: speculation changed the text");
         assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
         let s = u_on.speculation;
-        eprintln!("t {temperature}: {s:?}, {} tokens: {on:?}", u_on.generated_tokens);
+        eprintln!(
+            "t {temperature}: {s:?}, {} tokens: {on:?}",
+            u_on.generated_tokens
+        );
         assert_eq!(u_off.speculation.proposed, 0);
         assert!(s.accepted > 0 && s.accepted <= s.proposed, "{s:?}");
         assert!(

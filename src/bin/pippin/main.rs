@@ -8,8 +8,7 @@ mod quality;
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
-    self, CpuSession, Engine, GenerateOptions, SessionOptions, Speculation, ToolChoice,
-    ToolMode,
+    self, CpuSession, Engine, GenerateOptions, SessionOptions, Speculation, ToolChoice, ToolMode,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
