@@ -32,7 +32,7 @@ use crate::sampler::{Sampler, SamplerOptions};
 pub const MAX_CANDIDATES: usize = crate::kernels::sample::MAX_K;
 use crate::tokenizer::{TextStream, Tokenizer, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
-use speculate::Lookup;
+use speculate::{Lookup, Policy};
 use stop::StopStrings;
 pub use tools::{CallReader, ToolChoice, ToolMode};
 use web_time::Instant;
@@ -307,8 +307,9 @@ pub struct Generation {
     /// A reply that may be a tool call: its text passes through here.
     calls: Option<CallReader>,
     tool_calls: Vec<ToolCall>,
-    /// Speculative decoding's proposer (a backend that verifies, not chained).
-    lookup: Option<Lookup>,
+    /// How many tokens speculative decoding guesses (a backend that verifies, not
+    /// chained; none when off).
+    policy: Option<Policy>,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
@@ -366,9 +367,9 @@ impl Generation {
             opts.sampler.top_k.min(MAX_CANDIDATES)
         };
         let chained = backend.chains() && guide.is_none();
-        let speculate = opts.speculation == Speculation::Auto && !chained;
-        let lookup = match backend.verifies() {
-            n if n > 1 && speculate => Some(Lookup::new(n - 1)),
+        let policy = match (backend.verifies(), opts.speculation) {
+            (_, Speculation::Off) => None,
+            (n, s) if n > 1 && !chained => Some(Policy::new(n - 1, s == Speculation::On)),
             _ => None,
         };
         let mut g = Generation {
@@ -391,7 +392,7 @@ impl Generation {
             guide,
             calls: None,
             tool_calls: Vec::new(),
-            lookup,
+            policy,
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
@@ -576,7 +577,11 @@ impl Generation {
             if self.speculate(backend, tk, t).await? {
                 return Ok(());
             }
+            let started = Instant::now();
             self.logits = Some(self.run(backend, &[t]).await?);
+            if let Some(p) = &mut self.policy {
+                p.stepped(started.elapsed().as_secs_f64() * 1e3);
+            }
             self.to_run = None;
             self.usage.speculation.forwards += 1;
         }
@@ -605,7 +610,7 @@ impl Generation {
         tk: &Tokenizer,
         t: u32,
     ) -> Result<bool> {
-        let Some(lookup) = &self.lookup else {
+        let Some(policy) = &mut self.policy else {
             return Ok(false);
         };
         let (base, ctx) = (backend.tokens().len(), backend.context_length());
@@ -615,13 +620,15 @@ impl Generation {
             .max_tokens
             .saturating_sub(self.usage.generated_tokens))
         .saturating_sub(1)
-        .min(ctx.saturating_sub(base + 2));
-        let guesses = lookup.propose(&self.history, room);
+        .min(ctx.saturating_sub(base + 2))
+        .min(policy.guesses());
+        let guesses = Lookup.propose(&self.history, room);
         if guesses.is_empty() {
             return Ok(false);
         }
         let mut input = vec![t];
         input.extend_from_slice(&guesses);
+        let started = Instant::now();
         let rows = match backend.verify(&input).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -630,6 +637,7 @@ impl Generation {
                 return Err(e);
             }
         };
+        let ms = started.elapsed().as_secs_f64() * 1e3;
         self.to_run = None;
         let stats = &mut self.usage.speculation;
         stats.forwards += 1;
@@ -655,8 +663,8 @@ impl Generation {
             }
         }
         self.usage.speculation.accepted += kept;
-        if let Some(l) = &mut self.lookup {
-            l.update(guesses.len(), kept);
+        if let Some(p) = &mut self.policy {
+            p.checked(guesses.len(), kept, ms);
         }
         Ok(true)
     }

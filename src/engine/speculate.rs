@@ -18,9 +18,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speculation {
-    /// Prompt lookup, on backends that verify several positions in one pass.
+    /// Prompt lookup where it pays: on backends that verify several positions in one
+    /// pass, guessing as many tokens as the measured cost of a check and the rate of
+    /// kept guesses make worth it (none where a check costs what its steps would).
     #[default]
     Auto,
+    /// Prompt lookup at every match, paying or not (tests, benchmarks).
+    On,
     /// One token a forward.
     Off,
 }
@@ -30,33 +34,21 @@ pub enum Speculation {
 const NGRAM_MAX: usize = 3;
 const NGRAM_MIN: usize = 2;
 
-/// Prompt lookup with a guess length that follows how many guesses were kept.
-#[derive(Clone, Debug)]
-pub struct Lookup {
-    /// Tokens to guess next time (1..=`most`).
-    k: usize,
-    most: usize,
-}
+/// Prompt lookup: what followed the conversation's last tokens where they last
+/// occurred before.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lookup;
 
 impl Lookup {
-    /// Guesses of up to `most` tokens (the backend's verify width less the input).
-    pub fn new(most: usize) -> Lookup {
-        Lookup {
-            k: most.min(4),
-            most,
-        }
-    }
-
-    /// Up to `limit` (and the current guess length) tokens that followed the most
-    /// recent earlier occurrence of `history`'s last tokens; none without a match.
+    /// Up to `limit` tokens that followed the most recent earlier occurrence of
+    /// `history`'s last tokens (the longest run that occurred); none without a match.
     pub fn propose(&self, history: &[u32], limit: usize) -> Vec<u32> {
-        let want = self.k.min(limit);
-        if want == 0 {
+        if limit == 0 {
             return Vec::new();
         }
         for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
             if let Some(next) = find_earlier(history, n) {
-                let end = (next + want).min(history.len());
+                let end = (next + limit).min(history.len());
                 if end > next {
                     return history[next..end].to_vec();
                 }
@@ -64,15 +56,107 @@ impl Lookup {
         }
         Vec::new()
     }
+}
 
-    /// After a check: all `proposed` kept lengthens the next guess; a miss makes it
-    /// what was kept, and one more.
-    pub fn update(&mut self, proposed: usize, accepted: usize) {
-        self.k = if accepted == proposed {
-            (self.k + 2).min(self.most)
+/// How many tokens to guess: the number that makes the most tokens per unit of time,
+/// from what this reply measured. A check of `1 + k` positions costs
+/// `1 + k·extra[k]` one-token forwards (measured for each k: a kernel that reads a
+/// row once for several tokens costs less per token the more it has), and keeps `a + a² + … + aᵏ` guesses on average
+/// when each guess is kept with chance `a` after the ones before it were; guessing
+/// pays when `(1 + kept) / (1 + k·extra)` is over 1.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Most guesses a check takes (the backend's verify width less one).
+    most: usize,
+    always: bool,
+    /// Guesses kept and guesses tried (a miss ends a check: later ones are not
+    /// tried), counts that fade so the rate follows the reply.
+    kept: f64,
+    tried: f64,
+    /// A one-token forward in ms (moving average), once one was timed.
+    step_ms: Option<f64>,
+    /// A check of `k` guesses: its cost per position past the first, in one-token
+    /// forwards.
+    extra: Vec<f64>,
+    /// Steps since the last check while guessing did not pay: after `PROBE` of them
+    /// one guess is checked, so a reply that turns to copying is noticed.
+    idle: usize,
+}
+
+/// Fading of the kept/tried counts per check, and of the timings per sample.
+const FADE: f64 = 0.8;
+const SMOOTH: f64 = 0.5;
+const PROBE: usize = 16;
+
+impl Policy {
+    /// `most` guesses at most; `always`: guess at every step (`Speculation::On`).
+    pub fn new(most: usize, always: bool) -> Policy {
+        Policy {
+            most,
+            always,
+            // Priors: 3 of 4 guesses kept (hopeful: a first check is what measures
+            // it); a check's position 0.6 of a forward (SIMD kernels in Chromium,
+            // the default model).
+            kept: 3.0,
+            tried: 4.0,
+            step_ms: None,
+            extra: vec![0.6; most + 1],
+            idle: 0,
+        }
+    }
+
+    /// The chance that a guess is kept after the ones before it were.
+    pub fn acceptance(&self) -> f64 {
+        self.kept / self.tried
+    }
+
+    /// Tokens per forward's cost guessing `k`.
+    fn gain(&self, k: usize) -> f64 {
+        let a = self.acceptance();
+        let kept: f64 = (1..=k as i32).map(|i| a.powi(i)).sum();
+        (1.0 + kept) / (1.0 + k as f64 * self.extra[k])
+    }
+
+    /// Tokens to guess at this step (0: run one token).
+    pub fn guesses(&mut self) -> usize {
+        let best = (1..=self.most)
+            .max_by(|&a, &b| self.gain(a).total_cmp(&self.gain(b)))
+            .unwrap_or(0);
+        if self.always {
+            return best;
+        }
+        if self.step_ms.is_none() {
+            return 0; // a one-token forward is timed first
+        }
+        if self.gain(best) > 1.02 {
+            return best;
+        }
+        self.idle += 1;
+        if self.idle >= PROBE {
+            1
         } else {
-            (accepted + 1).clamp(1, self.most)
-        };
+            0
+        }
+    }
+
+    /// A one-token forward took `ms`.
+    pub fn stepped(&mut self, ms: f64) {
+        self.step_ms = Some(match self.step_ms {
+            Some(s) => s + SMOOTH * (ms - s),
+            None => ms,
+        });
+    }
+
+    /// A check of `proposed` guesses (and the token before them) took `ms` and kept
+    /// `accepted`.
+    pub fn checked(&mut self, proposed: usize, accepted: usize, ms: f64) {
+        self.idle = 0;
+        self.kept = self.kept * FADE + accepted as f64;
+        self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
+        if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
+            let seen = ((ms / step - 1.0) / proposed.max(1) as f64).clamp(0.0, 2.0);
+            *extra += SMOOTH * (seen - *extra);
+        }
     }
 }
 
@@ -109,41 +193,56 @@ mod tests {
     fn the_most_recent_longest_match_is_proposed() {
         // "1 2 3 4 5 ... 9 2 3 7 ... 2 3" : the 2-gram "2 3" last occurred before 7.
         let h = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3];
-        let l = Lookup::new(8);
-        assert_eq!(l.propose(&h, 8), vec![7, 8, 2, 3]);
-        assert_eq!(l.propose(&h, 2), vec![7, 8]);
+        assert_eq!(Lookup.propose(&h, 4), vec![7, 8, 2, 3]);
+        assert_eq!(Lookup.propose(&h, 2), vec![7, 8]);
         // The 3-gram "9 2 3" wins over a more recent 2-gram.
         let h = [9, 2, 3, 4, 4, 2, 3, 5, 9, 2, 3];
-        assert_eq!(l.propose(&h, 8), vec![4, 4, 2, 3]);
+        assert_eq!(Lookup.propose(&h, 4), vec![4, 4, 2, 3]);
     }
 
     #[test]
     fn no_match_no_guess() {
-        let l = Lookup::new(8);
-        assert!(l.propose(&[1, 2, 3, 4], 8).is_empty());
-        assert!(l.propose(&[], 8).is_empty());
+        assert!(Lookup.propose(&[1, 2, 3, 4], 8).is_empty());
+        assert!(Lookup.propose(&[], 8).is_empty());
         assert!(
-            l.propose(&[5, 5], 8).is_empty(),
+            Lookup.propose(&[5, 5], 8).is_empty(),
             "nothing follows the match"
         );
-        assert!(l.propose(&[5, 5, 5, 5], 0).is_empty());
+        assert!(Lookup.propose(&[5, 5, 5, 5], 0).is_empty());
         // A repeated token: the 3-gram "5 5 5" occurred at 0, and "5" follows it.
-        assert_eq!(l.propose(&[5, 5, 5, 5], 8), vec![5]);
+        assert_eq!(Lookup.propose(&[5, 5, 5, 5], 8), vec![5]);
     }
 
     #[test]
-    fn the_guess_length_follows_acceptance() {
-        let mut l = Lookup::new(8);
-        let h: Vec<u32> = (0..20).chain(0..3).collect();
-        assert_eq!(l.propose(&h, 99).len(), 4);
-        l.update(4, 4);
-        assert_eq!(l.propose(&h, 99).len(), 6);
-        l.update(6, 6);
-        l.update(8, 8);
-        assert_eq!(l.propose(&h, 99).len(), 8);
-        l.update(8, 0);
-        assert_eq!(l.propose(&h, 99).len(), 1);
-        l.update(1, 1);
-        assert_eq!(l.propose(&h, 99).len(), 3);
+    fn guesses_follow_acceptance_and_the_cost_of_a_check() {
+        let mut p = Policy::new(7, false);
+        assert_eq!(p.guesses(), 0, "a one-token forward is timed first");
+        p.stepped(10.0);
+        let first = p.guesses();
+        assert!((1..=7).contains(&first), "the priors pay: {first}");
+        // Every guess kept, a check of 8 costing 4 steps: the longest guess.
+        for _ in 0..5 {
+            p.checked(7, 7, 40.0);
+        }
+        assert_eq!(p.guesses(), 7);
+        // Every guess missed: none, until a probe.
+        for _ in 0..10 {
+            p.checked(3, 0, 40.0);
+        }
+        let waited = (0..PROBE).take_while(|_| p.guesses() == 0).count();
+        assert_eq!(waited, PROBE - 1, "one guess after {PROBE} steps");
+        // A check that costs its steps (plain loops): guessing never pays.
+        let mut p = Policy::new(7, false);
+        p.stepped(10.0);
+        for k in 1..=7 {
+            for _ in 0..5 {
+                p.checked(k, k - 1, 10.0 * (k + 1) as f64);
+            }
+        }
+        assert!(p.extra.iter().skip(1).all(|&e| e > 0.9), "{:?}", p.extra);
+        assert_eq!(p.guesses(), 0);
+        // `On` guesses regardless, as many as pay best or one.
+        let mut p = Policy::new(7, true);
+        assert!(p.guesses() >= 1);
     }
 }

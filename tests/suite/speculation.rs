@@ -55,10 +55,10 @@ fn a_verified_step_is_one_token_steps_bit_for_bit() {
     }
 }
 
-/// A reply with speculation on and off: (text, usage) each.
-fn both(prompt: &[u32], tk: &Tokenizer, o: &GenerateOptions) -> [(String, Usage); 2] {
+/// A reply with speculation on (at every match), auto and off: (text, usage) each.
+fn each(prompt: &[u32], tk: &Tokenizer, o: &GenerateOptions) -> [(String, Usage); 3] {
     let m = common::cpu_model();
-    [Speculation::Auto, Speculation::Off].map(|speculation| {
+    [Speculation::On, Speculation::Auto, Speculation::Off].map(|speculation| {
         let mut state = CpuState::new(KvFormat::Int8);
         let mut b = CpuBackend::new(m, &mut state, None);
         let o = GenerateOptions {
@@ -87,7 +87,11 @@ fn copying_replies_are_the_same_text_in_fewer_forwards() {
     let tk = tokenizer();
     let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
     let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
-    for (temperature, stop) in [(0.0, vec![]), (0.7, vec![]), (0.0, vec!["kernel".into()])] {
+    for (temperature, stop) in [
+        (0.0, vec![]),
+        (0.7, vec![]),
+        (0.0, vec!["common cause".into()]),
+    ] {
         let o = GenerateOptions {
             max_tokens: 48,
             stop,
@@ -98,8 +102,11 @@ fn copying_replies_are_the_same_text_in_fewer_forwards() {
             },
             ..Default::default()
         };
-        let [(on, u_on), (off, u_off)] = both(&prompt, &tk, &o);
+        let [(on, u_on), (auto, u_auto), (off, u_off)] = each(&prompt, &tk, &o);
         assert_eq!(on, off, "t {temperature}: speculation changed the text");
+        assert_eq!(auto, off, "t {temperature}: speculation changed the text");
+        let a = u_auto.speculation;
+        assert_eq!(a.forwards + a.accepted, u_off.speculation.forwards, "{a:?}");
         assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
         let s = u_on.speculation;
         eprintln!(

@@ -249,17 +249,9 @@ impl QMatrix {
                     ) => {
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let row = &data[(r0 + i) * row_bytes..][..*row_bytes];
-                            if tokenwise {
-                                // One token's kernel per token, the row read from
-                                // memory once: a verified step's logits are bit for
-                                // bit those of one-token steps (SIMD `dots` sums
-                                // several tokens in another order).
-                                for (ti, y) in o.iter_mut().enumerate() {
-                                    *y = dot::dot(*ty, row, q.row(ti, cols));
-                                }
-                            } else {
-                                dot::dots(*ty, row, q, cols, o);
-                            }
+                            // Each token's sum is the one-token kernel's, bit for bit
+                            // (a verified step's logits are one-token steps').
+                            dot::dots(*ty, row, q, cols, o);
                         }
                     }
                     (
