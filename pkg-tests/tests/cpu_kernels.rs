@@ -88,7 +88,10 @@ fn simd_integer_dots_equal_the_plain_loops() {
                 // Speculative decoding checks guesses through `dots`: each token's
                 // sum is the one-token kernel's, bit for bit.
                 let one = dot(ty, &bytes, q.row(k, cols));
-                assert!(v.to_bits() == one.to_bits(), "{ty} {cols} token {k}: {v} vs {one}");
+                assert!(
+                    v.to_bits() == one.to_bits(),
+                    "{ty} {cols} token {k}: {v} vs {one}"
+                );
             }
         }
     }
