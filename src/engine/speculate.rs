@@ -78,15 +78,19 @@ pub struct Policy {
     /// A check of `k` guesses: its cost per position past the first, in one-token
     /// forwards.
     extra: Vec<f64>,
-    /// Steps since the last check while guessing did not pay: after `PROBE` of them
+    /// Steps since the last check while guessing did not pay: after `probe` of them
     /// one guess is checked, so a reply that turns to copying is noticed.
     idle: usize,
+    /// `PROBE`, doubled by each probe that kept nothing (up to `PROBE_MOST`): open
+    /// text pays ~1% for its probes, not the ~5% of one every `PROBE` steps.
+    probe: usize,
 }
 
 /// Fading of the kept/tried counts per check, and of the timings per sample.
 const FADE: f64 = 0.8;
 const SMOOTH: f64 = 0.5;
 const PROBE: usize = 16;
+const PROBE_MOST: usize = 256;
 
 impl Policy {
     /// `most` guesses at most; `always`: guess at every step (`Speculation::On`).
@@ -102,6 +106,7 @@ impl Policy {
             step_ms: None,
             extra: vec![0.6; most + 1],
             idle: 0,
+            probe: PROBE,
         }
     }
 
@@ -132,7 +137,7 @@ impl Policy {
             return best;
         }
         self.idle += 1;
-        if self.idle >= PROBE {
+        if self.idle >= self.probe {
             1
         } else {
             0
@@ -150,7 +155,14 @@ impl Policy {
     /// A check of `proposed` guesses (and the token before them) took `ms` and kept
     /// `accepted`.
     pub fn checked(&mut self, proposed: usize, accepted: usize, ms: f64) {
+        // A probe (guessing did not pay) that kept nothing: wait longer for the next.
+        let probed = self.idle >= self.probe;
         self.idle = 0;
+        self.probe = match (probed, accepted) {
+            (true, 0) => (self.probe * 2).min(PROBE_MOST),
+            (_, 0) => self.probe,
+            _ => PROBE,
+        };
         self.kept = self.kept * FADE + accepted as f64;
         self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
         if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
@@ -231,6 +243,15 @@ mod tests {
         }
         let waited = (0..PROBE).take_while(|_| p.guesses() == 0).count();
         assert_eq!(waited, PROBE - 1, "one guess after {PROBE} steps");
+        // A probe that keeps nothing doubles the wait; one kept guess resets it.
+        p.checked(1, 0, 20.0);
+        let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
+        assert_eq!(waited, 2 * PROBE - 1);
+        p.checked(1, 1, 20.0);
+        if p.guesses() == 0 {
+            let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
+            assert_eq!(waited, PROBE - 2);
+        }
         // A check that costs its steps (plain loops): guessing never pays.
         let mut p = Policy::new(7, false);
         p.stepped(10.0);
