@@ -141,6 +141,15 @@ export interface GenerateOptions {
   tools?: ChatCompletionTool[];
   /** "auto" (default: a call or an answer), "required", "none", or one tool by name. */
   toolChoice?: "none" | "auto" | "required" | { type: "function"; function: { name: string } };
+  /**
+   * Speculative decoding: "auto" (default) guesses the next tokens from the
+   * conversation so far (prompt lookup) and checks several in one forward where the
+   * backend can (the CPU backend), as many as this reply's measured cost of a check
+   * and rate of kept guesses make worth it; "on" guesses at every match, paying or
+   * not; "off" runs one token a forward. The text is the same in every case, token
+   * for token, seeded sampling included; replies that copy from their input come faster.
+   */
+  speculation?: "auto" | "on" | "off";
 }
 
 /**
@@ -194,6 +203,8 @@ export interface ChatCompletionCreateParams {
   tool_choice?: "none" | "auto" | "required" | { type: "function"; function: { name: string } };
   /** Pippin's: a loaded LoRA adapter's name, or null for the base model. */
   adapter?: string | null;
+  /** Pippin's: speculative decoding (see GenerateOptions). */
+  speculation?: "auto" | "on" | "off";
 }
 
 export type FinishReasonOpenAI = "stop" | "length" | "tool_calls" | "abort";
@@ -263,6 +274,17 @@ export interface Usage {
   decodeMs: number;
   /** From the call to the reply's first text (template, tokens and prompt included). */
   timeToFirstTokenMs: number;
+  speculation: SpeculationStats;
+}
+
+/** What speculative decoding did over a reply: guesses checked (`proposed`), guesses
+ * that were the token picked (`accepted`), and the model's forwards while decoding
+ * (a check of several guesses is one): tokens per forward is
+ * `generatedTokens / (forwards + 1)` with the prefill's first token. */
+export interface SpeculationStats {
+  proposed: number;
+  accepted: number;
+  forwards: number;
 }
 
 export type Chunk =
@@ -307,6 +329,8 @@ export interface Stats {
   contextTokens: number;
   /** GPU dispatches per decode step. */
   dispatchesPerToken: number;
+  /** The current or last reply's speculative decoding. */
+  speculation: SpeculationStats;
   /** Bytes of the GPU buffers this model holds, by kind (weights as uploaded). */
   gpuBytes: { weights: number; kvCache: number; scratch: number; adapters: number };
   /** Heap bytes the wasm module has allocated now (all models of the page's module). */

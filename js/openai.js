@@ -54,6 +54,7 @@ function optionsOf(params, requestOptions) {
   if (params.seed != null) o.seed = params.seed;
   if (params.stop != null) o.stop = params.stop;
   if (params.adapter !== undefined) o.adapter = params.adapter;
+  if (params.speculation !== undefined) o.speculation = params.speculation;
   if (params.tools != null) {
     if (!Array.isArray(params.tools)) throw bad("tools must be an array");
     if (params.tools.length) {

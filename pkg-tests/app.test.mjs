@@ -898,6 +898,50 @@ test("the CPU backend runs on every core where the page is isolated: the same te
   assert.equal(r.inWorker.text, r.texts[0]);
 });
 
+test("speculative decoding: a reply that copies its input is the same text with and without, in fewer forwards (CPU backend, pippin and pippin/worker)", async () => {
+  const r = await page.evaluate(async (url) => {
+    const passage = "The Debian Project is an association of individuals who have made common cause to create a free operating system.";
+    const chat = [{ role: "user", content: `Repeat this passage word for word:\n\n${passage}` }];
+    async function reply(m, o) {
+      let text = "", end;
+      for await (const c of m.chat(chat, { maxTokens: 30, ...o })) c.done ? (end = c) : (text += c.text);
+      return { text, usage: end.usage };
+    }
+    const runs = {};
+    for (const speculation of ["on", "auto", "off"]) {
+      runs[speculation] = [await reply(llm, { speculation }), await reply(llm, { speculation, temperature: 0.7, seed: 3 })];
+    }
+    const stats = llm.stats().speculation;
+    const worker = await WorkerPippin.load(url, { cache: false, threads: 1 });
+    try {
+      const inWorker = await reply(worker, { speculation: "on" });
+      const openai = await llm.chat.completions.create({ messages: chat, max_tokens: 30, temperature: 0, speculation: "off" });
+      return { runs, stats, inWorker, openai: openai.choices[0].message.content };
+    } finally {
+      await worker.dispose();
+    }
+  }, MODEL);
+  const [greedy, sampled] = r.runs.on;
+  for (const [i, on] of [greedy, sampled].entries()) {
+    const [auto, off] = [r.runs.auto[i], r.runs.off[i]];
+    assert.equal(on.text, off.text, "speculation changes no token, seeded sampling included");
+    assert.equal(auto.text, off.text);
+    const a = auto.usage.speculation;
+    assert.equal(a.forwards + a.accepted, off.usage.speculation.forwards, JSON.stringify(a));
+    assert.equal(on.usage.generatedTokens, off.usage.generatedTokens);
+    const s = on.usage.speculation;
+    assert.equal(off.usage.speculation.proposed, 0);
+    assert.ok(s.accepted > 0 && s.accepted <= s.proposed, JSON.stringify(s));
+    assert.equal(s.forwards + s.accepted, off.usage.speculation.forwards, "each kept guess is a forward saved");
+  }
+  assert.match(greedy.text, /common cause/);
+  assert.ok(greedy.usage.speculation.forwards * 2 < greedy.usage.generatedTokens, JSON.stringify(greedy.usage));
+  assert.deepEqual(r.stats, r.runs.off[1].usage.speculation, "stats() reports the last reply's");
+  assert.equal(r.inWorker.text, greedy.text);
+  assert.ok(r.inWorker.usage.speculation.accepted > 0);
+  assert.equal(r.openai, greedy.text);
+});
+
 test("a CPU worker thread that dies fails the reply with DeviceLost, without a hang", async () => {
   const r = await page.evaluate(async (url) => {
     const m = await Pippin.load(url, { cache: false, threads: 2 });

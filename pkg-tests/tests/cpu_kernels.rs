@@ -85,6 +85,13 @@ fn simd_integer_dots_equal_the_plain_loops() {
                     (v - plain).abs() <= 1e-6 * m + 1e-6,
                     "{ty} {cols} token {k}: {v} vs {plain}"
                 );
+                // Speculative decoding checks guesses through `dots`: each token's
+                // sum is the one-token kernel's, bit for bit.
+                let one = dot(ty, &bytes, q.row(k, cols));
+                assert!(
+                    v.to_bits() == one.to_bits(),
+                    "{ty} {cols} token {k}: {v} vs {one}"
+                );
             }
         }
     }

@@ -5,6 +5,7 @@
 //
 //   node scripts/bench-browser.d/bench.mjs [--model PATH] [--json] [--prompt-tokens N]
 //        [--max-tokens N] [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout S]
+//        [--task text|copy] [--speculation auto,on,off]
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -40,6 +41,12 @@ along that coast had changed. The work took three winters. When it was done, the
 pinned to the library wall beside a photograph of the lighthouse, and people came from the
 university in the city to ask how a handful of children had found what their instruments had
 missed.`.replace(/\s+/g, " ");
+const COPY_CUE = "\n\nThe same passage again, word for word:\n\n";
+
+/** The task's prompt from the fitted text (see --task). */
+function taskPrompt(text) {
+  return opt.task === "copy" ? `${text}${COPY_CUE}${text.split(" ").slice(0, 6).join(" ")}` : text;
+}
 
 const { values: opt } = parseArgs({
   options: {
@@ -50,16 +57,22 @@ const { values: opt } = parseArgs({
     threads: { type: "string", default: "1,2" },
     engines: { type: "string", default: "pippin,wllama" },
     timeout: { type: "string", default: "300" },
+    task: { type: "string", default: "text" },
+    speculation: { type: "string", default: "auto" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (opt.help) {
   console.log(`usage: scripts/bench-browser [--model PATH] [--json] [--prompt-tokens N] [--max-tokens N]
                   [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout SECONDS]
+                  [--task text|copy] [--speculation auto,on,off]
 Runs Pippin's CPU backend (pippin: on the page; pippin-worker: through pippin/worker), then wllama, each with each --threads count (CPU only), one after the
 other in a fresh headless Chromium each, on the same GGUF and prompt; prints prefill and
 decode tokens/s and the peak resident memory of the browser's processes above their idle
-baseline. --timeout bounds each run (load + generate), in seconds.`);
+baseline. --timeout bounds each run (load + generate), in seconds.
+--task copy: the prompt is the text, then "${COPY_CUE}" and the text's first words, so
+the reply copies the text (what speculative decoding's prompt lookup guesses well);
+text (default): the text alone. --speculation: Pippin's runs with each setting.`);
   process.exit(0);
 }
 const modelFile = path.resolve(opt.model);
@@ -68,6 +81,9 @@ const MAX_TOKENS = int(opt["max-tokens"], "--max-tokens");
 const RUN_TIMEOUT_MS = int(opt.timeout, "--timeout") * 1000;
 const THREADS = opt.threads.split(",").map((t) => int(t, "--threads"));
 const ENGINES = opt.engines.split(",").map((e) => e.trim());
+const SPECULATION = opt.speculation.split(",").map((e) => e.trim());
+for (const s of SPECULATION) if (!["auto", "on", "off"].includes(s)) die(`--speculation: "${s}" is not auto, on or off`);
+if (!["text", "copy"].includes(opt.task)) die(`--task: "${opt.task}" is not text or copy`);
 for (const e of ENGINES) if (!["pippin", "pippin-worker", "wllama"].includes(e)) die(`--engines: unknown engine "${e}" (pippin, pippin-worker, wllama)`);
 if (!fs.statSync(modelFile, { throwIfNoEntry: false })?.isFile()) die(`no model file at ${modelFile} (scripts/fetch-model downloads the default one)`);
 if (!fs.existsSync(path.join(root, "pkg/index.js"))) die("pkg/ is missing: run scripts/build-pkg first");
@@ -260,25 +276,26 @@ async function main() {
       features = await page.evaluate(() => window.features());
       return bounded(page.evaluate(([u, t, n]) => window.fitPrompt(u, t, n), [MODEL_ROUTE, TEXT, PROMPT_TOKENS]), 120_000, "prompt: tokenizing");
     });
-    prompt = fit.prompt;
+    prompt = taskPrompt(fit.prompt);
     if (fit.tokens !== PROMPT_TOKENS) log(`warning: no prefix of the text is exactly ${PROMPT_TOKENS} tokens; using ${fit.tokens}`);
     log(`browser: ${features.userAgent.match(/Chrom\S+/)?.[0] ?? features.userAgent}; crossOriginIsolated=${features.crossOriginIsolated} JSPI=${features.jspi} memory64=${features.memory64} cores=${features.hardwareConcurrency}`);
 
     const runs = [];
-    if (ENGINES.includes("pippin")) for (const t of THREADS) runs.push({ engine: "pippin-cpu", threads: t });
+    const pippin = (engine) => THREADS.flatMap((threads) => SPECULATION.map((speculation) => ({ engine, threads, speculation })));
+    if (ENGINES.includes("pippin")) runs.push(...pippin("pippin-cpu"));
     // The same engine through `pippin/worker`: the lead thread is a worker (it sleeps
     // while the helpers finish a round) instead of the page (which must spin).
-    if (ENGINES.includes("pippin-worker")) for (const t of THREADS) runs.push({ engine: "pippin-worker", threads: t });
+    if (ENGINES.includes("pippin-worker")) runs.push(...pippin("pippin-worker"));
     if (ENGINES.includes("wllama")) for (const t of THREADS) runs.push({ engine: "wllama", threads: t });
     for (const run of runs) {
-      const label = `${run.engine} (${run.threads} thread${run.threads > 1 ? "s" : ""})`;
+      const label = `${run.engine} (${run.threads} thread${run.threads > 1 ? "s" : ""}${run.speculation ? `, speculation ${run.speculation}` : ""})`;
       log(`${label}: running`);
       const started = performance.now();
       try {
         const r = await inBrowser(base, label, async (page, marks) => {
           if (!(await page.evaluate(() => self.crossOriginIsolated))) throw new Error("the page is not cross-origin isolated");
           const entry = run.engine === "pippin-worker" ? "worker" : "index";
-          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads, entry };
+          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads, entry, speculation: run.speculation };
           return measured(page, marks, label, run.engine === "wllama"
             ? { fn: (a) => window.runWllama(a), arg }
             : { fn: (a) => window.runPippin(a), arg });
@@ -297,6 +314,7 @@ async function main() {
   const report = {
     model: modelFile,
     promptTokensAsked: PROMPT_TOKENS,
+    task: opt.task,
     prompt,
     maxTokens: MAX_TOKENS,
     browser: features,
@@ -328,6 +346,7 @@ function fromPippin(run, r) {
     prefillTokensPerS: rate(u.promptTokens, u.prefillMs),
     decodeTokensPerS: rate(Math.max(u.generatedTokens - 1, 0), u.decodeMs),
     timingSource: "usage (engine)",
+    speculation: { setting: run.speculation, ...u.speculation },
     peakMemoryMB: r.memory.peakAboveIdleBytes / MiB,
     memory: r.memory,
     cpuCoresBusyWhileGenerating: r.cpuCoresBusyWhileGenerating,
@@ -383,13 +402,15 @@ function fromWllama(run, r) {
 }
 
 function printTable(report) {
-  const head = ["engine", "threads", "prompt tok", "gen tok", "prefill tok/s", "decode tok/s", "peak MB"];
+  const head = ["engine", "threads", "speculation", "prompt tok", "gen tok", "prefill tok/s", "decode tok/s", "peak MB"];
+  const spec = (r) => (r.speculation ? `${r.speculation.setting} ${r.speculation.accepted}/${r.speculation.proposed}` : "-");
   const rows = report.runs.map((r) =>
     r.error
-      ? [r.engine, String(r.threads), "-", "-", "-", "-", "FAILED"]
+      ? [r.engine, String(r.threads), "-", "-", "-", "-", "-", "FAILED"]
       : [
           r.engine,
           r.engine === "wllama" ? `${r.threads}${r.multithread ? " (mt)" : ""}` : String(r.threads),
+          spec(r),
           String(r.promptTokens),
           String(r.generatedTokens),
           r.prefillTokensPerS.toFixed(1),
@@ -402,13 +423,13 @@ function printTable(report) {
   const b = report.browser;
   console.log(`model: ${report.model}`);
   if (b) console.log(`browser: ${b.userAgent.match(/Chrom\S+/)?.[0] ?? "?"} headless; crossOriginIsolated ${b.crossOriginIsolated}, JSPI ${b.jspi}, memory64 ${b.memory64}, ${b.hardwareConcurrency} cores`);
-  console.log(`prompt: ${report.promptTokensAsked} tokens asked; ${report.maxTokens} greedy tokens\n`);
+  console.log(`prompt: ${report.promptTokensAsked} tokens asked, task ${report.task}; ${report.maxTokens} greedy tokens\n`);
   console.log(line(head));
   console.log(line(width.map((w) => "-".repeat(w))));
   for (const r of rows) console.log(line(r));
   console.log("");
   for (const r of report.runs) {
-    const name = `${r.engine} ${r.threads}t`;
+    const name = `${r.engine} ${r.threads}t${r.speculation ? ` ${r.speculation.setting}` : ""}`;
     if (r.error) {
       console.log(`${name}: FAILED: ${r.error}`);
       continue;

@@ -6,7 +6,7 @@ use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::{Backend, GpuBackend, GpuModel, GpuSession, LateMask, Logits, Want};
 use crate::adapters::Adapter;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// An adapter as the backend holds it: uploaded to the GPU, or f32 for the CPU.
 pub enum Resident {
@@ -96,6 +96,19 @@ impl Backend for AnyBackend<'_> {
         match self {
             AnyBackend::Gpu(b) => b.context_length(),
             AnyBackend::Cpu(b) => b.context_length(),
+        }
+    }
+    fn verifies(&self) -> usize {
+        match self {
+            AnyBackend::Gpu(b) => b.verifies(),
+            AnyBackend::Cpu(b) => b.verifies(),
+        }
+    }
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            // `verifies()` is 0 on the GPU: the generate loop never asks it.
+            AnyBackend::Gpu(_) => Err(Error::unsupported("a multi-position check on the GPU")),
+            AnyBackend::Cpu(b) => b.verify(tokens).await,
         }
     }
     fn chains(&self) -> bool {

@@ -9,6 +9,7 @@ mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
 pub mod perplexity;
+pub mod speculate;
 mod stop;
 pub mod tools;
 
@@ -19,6 +20,7 @@ pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuFootprint, GpuSession, SessionOptions};
+pub use speculate::{Speculation, SpeculationStats};
 
 use crate::error::{Error, Result};
 use crate::guided::{GrammarCache, Guide, ResponseFormat};
@@ -30,6 +32,7 @@ use crate::sampler::{Sampler, SamplerOptions};
 pub const MAX_CANDIDATES: usize = crate::kernels::sample::MAX_K;
 use crate::tokenizer::{TextStream, Tokenizer, Tool, ToolCall};
 use serde::{Deserialize, Serialize};
+use speculate::{Lookup, Policy};
 use stop::StopStrings;
 pub use tools::{CallReader, ToolChoice, ToolMode};
 use web_time::Instant;
@@ -112,6 +115,28 @@ pub trait Backend {
     async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
     fn context_length(&self) -> usize;
 
+    /// How many positions `verify` runs in one pass (0: it does not; speculative
+    /// decoding is then off).
+    fn verifies(&self) -> usize {
+        0
+    }
+    /// Runs `tokens` after the cache in one pass and returns every position's full
+    /// logits, each bit for bit what `forward` gives running the tokens one at a
+    /// time (speculative decoding's check: its picks are plain decoding's).
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let mut rows = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            match self
+                .forward(std::slice::from_ref(t), Want::logits())
+                .await?
+            {
+                Logits::Full(l) => rows.push(l),
+                Logits::Top(_) => return Err(Error::unsupported("full logits to verify")),
+            }
+        }
+        Ok(rows)
+    }
+
     /// Whether the backend picks tokens itself and chains steps (`submit`): decode is
     /// then pipelined, the next step submitted before this one's token is read.
     fn chains(&self) -> bool {
@@ -173,6 +198,8 @@ pub struct GenerateOptions {
     /// Tools the model may call (a chat only; see `tools::prepare`).
     pub tools: Vec<Tool>,
     pub tool_choice: Option<ToolChoice>,
+    /// Speculative decoding (the same text either way; see `speculate`).
+    pub speculation: Speculation,
 }
 
 impl Default for GenerateOptions {
@@ -184,6 +211,7 @@ impl Default for GenerateOptions {
             response_format: None,
             tools: Vec::new(),
             tool_choice: None,
+            speculation: Speculation::Auto,
         }
     }
 }
@@ -214,6 +242,8 @@ pub struct Usage {
     /// From the reply's start (its template and tokens included) to its first
     /// piece of text: what a user waits for (0 until there is one).
     pub time_to_first_token_ms: f64,
+    /// Speculative decoding's guesses, kept guesses and forwards.
+    pub speculation: SpeculationStats,
 }
 
 impl Usage {
@@ -277,6 +307,9 @@ pub struct Generation {
     /// A reply that may be a tool call: its text passes through here.
     calls: Option<CallReader>,
     tool_calls: Vec<ToolCall>,
+    /// How many tokens speculative decoding guesses (a backend that verifies, not
+    /// chained; none when off).
+    policy: Option<Policy>,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
     started: Instant,
@@ -333,6 +366,12 @@ impl Generation {
         } else {
             opts.sampler.top_k.min(MAX_CANDIDATES)
         };
+        let chained = backend.chains() && guide.is_none();
+        let policy = match (backend.verifies(), opts.speculation) {
+            (_, Speculation::Off) => None,
+            (n, s) if n > 1 && !chained => Some(Policy::new(n - 1, s == Speculation::On)),
+            _ => None,
+        };
         let mut g = Generation {
             opts: opts.clone(),
             sampler,
@@ -347,12 +386,13 @@ impl Generation {
             },
             logits: None,
             to_run: None,
-            chained: backend.chains() && guide.is_none(),
+            chained,
             ready: None,
             outstanding: false,
             guide,
             calls: None,
             tool_calls: Vec::new(),
+            policy,
             outbox: Default::default(),
             finished: None,
             started: Instant::now(),
@@ -534,8 +574,16 @@ impl Generation {
         // Taken only once the step succeeded: after a failure the same token runs
         // again, and the caller sees the error, not a quiet end.
         if let Some(t) = self.to_run {
+            if self.speculate(backend, tk, t).await? {
+                return Ok(());
+            }
+            let started = Instant::now();
             self.logits = Some(self.run(backend, &[t]).await?);
+            if let Some(p) = &mut self.policy {
+                p.stepped(started.elapsed().as_secs_f64() * 1e3);
+            }
             self.to_run = None;
+            self.usage.speculation.forwards += 1;
         }
         if self.usage.generated_tokens >= self.opts.max_tokens {
             return self.finish(tk, FinishReason::Length);
@@ -550,6 +598,97 @@ impl Generation {
             self.to_run = Some(token);
         }
         Ok(())
+    }
+
+    /// A speculative step: `t` (picked, not run yet) and prompt lookup's guesses in
+    /// one forward, then a pick at every position as one-token steps make it, the
+    /// guesses kept while they are the pick; the cache is cut after the last position
+    /// used. False (nothing done) without a guess.
+    async fn speculate<B: Backend>(
+        &mut self,
+        backend: &mut B,
+        tk: &Tokenizer,
+        t: u32,
+    ) -> Result<bool> {
+        let Some(policy) = &mut self.policy else {
+            return Ok(false);
+        };
+        let (base, ctx) = (backend.tokens().len(), backend.context_length());
+        // Each position picks a token: the last one's within max_tokens and the context.
+        let room = (self
+            .opts
+            .max_tokens
+            .saturating_sub(self.usage.generated_tokens))
+        .saturating_sub(1)
+        .min(ctx.saturating_sub(base + 2))
+        .min(policy.guesses());
+        let guesses = Lookup.propose(&self.history, room);
+        if guesses.is_empty() {
+            return Ok(false);
+        }
+        let mut input = vec![t];
+        input.extend_from_slice(&guesses);
+        let started = Instant::now();
+        let rows = match backend.verify(&input).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                // As a failed one-token step: `t` runs again on the next call.
+                backend.truncate(base);
+                return Err(e);
+            }
+        };
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        self.to_run = None;
+        let stats = &mut self.usage.speculation;
+        stats.forwards += 1;
+        stats.proposed += guesses.len();
+        let mut kept = 0;
+        for (i, row) in rows.into_iter().enumerate() {
+            // The cache before this position's pick, as one-token decode has it.
+            let cached = base + 1 + i;
+            let picked = self
+                .pick_full(row)
+                .and_then(|token| Ok((token, self.handle(tk, token, cached, ctx)?)));
+            match picked {
+                Ok((token, true)) if guesses.get(i) == Some(&token) => kept += 1,
+                Ok((token, goes_on)) => {
+                    self.rewind(backend, cached).await?;
+                    self.to_run = goes_on.then_some(token);
+                    break;
+                }
+                Err(e) => {
+                    self.rewind(backend, cached).await?;
+                    return Err(e);
+                }
+            }
+        }
+        self.usage.speculation.accepted += kept;
+        if let Some(p) = &mut self.policy {
+            p.checked(guesses.len(), kept, ms);
+        }
+        Ok(true)
+    }
+
+    /// Cuts the cache back to `len` positions (guesses past the last one used); a
+    /// backend that cannot resume there (a state that does not reach back) runs the
+    /// conversation's tokens again up to it.
+    async fn rewind<B: Backend>(&mut self, backend: &mut B, len: usize) -> Result<()> {
+        backend.truncate(len);
+        let kept = backend.tokens().len();
+        if kept < len {
+            backend
+                .forward(&self.history[kept..len], Want::top(1))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Picks from one position's full logits (guided: its mask computed first).
+    fn pick_full(&mut self, logits: Vec<f32>) -> Result<u32> {
+        if let Some(g) = &mut self.guide {
+            g.update()?;
+        }
+        Ok(self.choose(Logits::Full(logits)))
     }
 
     /// A pipelined step: submits the step that runs the next token (picked on the
@@ -573,6 +712,7 @@ impl Generation {
                 let ids = self.sampler.penalized_ids(&recent);
                 let pick = self.next_pick(false);
                 backend.submit(&[t], self.want(&ids, pick))?;
+                self.usage.speculation.forwards += 1;
                 self.outstanding = true;
             }
             self.ready = None;
@@ -593,6 +733,7 @@ impl Generation {
                 };
                 let pick = self.next_pick(true);
                 backend.submit(&[], self.want(&ids, pick))?;
+                self.usage.speculation.forwards += 1;
             }
             let t = backend.chosen().await?;
             self.outstanding = ahead;

@@ -508,6 +508,8 @@ struct Stats {
     context_tokens: usize,
     /// GPU dispatches a decode step records (the base model's, or the reply's adapter).
     dispatches_per_token: usize,
+    /// The current or last reply's speculative decoding.
+    speculation: crate::engine::SpeculationStats,
     gpu_bytes: crate::engine::GpuBytes,
     /// Heap bytes allocated now, and the most at once since the last load began.
     wasm_heap_bytes: u64,
@@ -527,6 +529,7 @@ impl Stats {
             kv_cache_bytes: c.kv_cache_bytes(),
             context_tokens: c.context_tokens(),
             dispatches_per_token: c.dispatches_per_token().unwrap_or(0),
+            speculation: u.speculation,
             gpu_bytes: c.gpu_bytes(),
             ..Stats::default()
         }

@@ -8,6 +8,7 @@ use crate::common;
 use common::{model_path, reference, testdata};
 use pippin::adapters;
 use pippin::engine::cpu::dot::{dot_scalar, has_int_dot, Q16};
+use pippin::engine::cpu::TOKENWISE;
 use pippin::engine::{
     AdapterChoice, Backend, BackendKind, CpuBackend, CpuModel, CpuState, Engine, Event,
     GenerateOptions, Logits, Prompt, QMatrix, SessionOptions, Want,
@@ -159,17 +160,25 @@ fn palettized_matrices_multiply_like_their_tables() {
             .collect();
         let lut: Vec<u8> = p.luts.iter().flat_map(|v| v.to_le_bytes()).collect();
         let m = QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx, &lut).unwrap();
-        let x = activations(3, cols, 9);
+        let x = activations(TOKENWISE + 1, cols, 9);
         let want = matmul(&x, &p.dequantize(), cols);
         let what = format!("{bits}-bit palette, {rows_per_lut} rows a table, {cols} columns");
         // A prompt's tokens through decoded rows; one token through integer look-ups:
         // levels within 1/16382 of their table's largest (about twice a weight's mean
-        // magnitude here), activations within 1/65534 of their block's.
+        // magnitude here), activations within 1/65534 of their block's. Up to
+        // TOKENWISE tokens take the one-token kernel each, bit for bit.
         let tol = magnitude(&x, &w, cols);
         assert_close(&what, &m.apply(&x, cols), &want, 1e-6 * tol);
-        for (xt, want) in x.chunks_exact(cols).zip(want.chunks_exact(rows)) {
-            assert_close(&what, &m.apply(xt, cols), want, 3e-4 * tol);
+        let mut one_by_one = Vec::new();
+        for (xt, want) in x.chunks_exact(cols).zip(want.chunks_exact(rows)).take(3) {
+            let got = m.apply(xt, cols);
+            assert_close(&what, &got, want, 3e-4 * tol);
+            one_by_one.extend(got);
         }
+        assert!(
+            m.apply(&x[..3 * cols], cols) == one_by_one,
+            "{what}: 3 tokens at once"
+        );
         assert!(QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx[4..], &lut).is_err());
     }
 }

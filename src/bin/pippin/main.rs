@@ -3,12 +3,13 @@
 
 mod bench;
 mod bench_guided;
+mod bench_speculation;
 mod quality;
 
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
-    self, CpuSession, Engine, GenerateOptions, SessionOptions, ToolChoice, ToolMode,
+    self, CpuSession, Engine, GenerateOptions, SessionOptions, Speculation, ToolChoice, ToolMode,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -187,6 +188,9 @@ struct GenerateArgs {
     /// Guided generation: the reply follows the Lark grammar in FILE.
     #[arg(long, value_name = "FILE", group = "format")]
     grammar: Option<PathBuf>,
+    /// Decode one token a forward (no prompt lookup; the text is the same either way).
+    #[arg(long)]
+    no_speculation: bool,
 }
 
 /// The response format the flags ask for.
@@ -323,6 +327,11 @@ fn generate(a: GenerateArgs) -> Result<()> {
             None => vec![],
         },
         tool_choice: a.tools.as_ref().map(|_| tool_choice(&a.tool_choice)),
+        speculation: if a.no_speculation {
+            Speculation::Off
+        } else {
+            Speculation::Auto
+        },
     };
     let Prepared {
         ids: prompt,
@@ -407,10 +416,10 @@ fn generate(a: GenerateArgs) -> Result<()> {
 }
 
 /// The session `pippin bench` measures: room for the prompt and the steps, and for
-/// the guided reply (a chat prompt and up to 48 tokens).
+/// the guided and speculative replies (chat prompts and up to `SPECULATED` tokens).
 fn bench_session(prompt: usize, steps: usize, kv: KvFormat) -> SessionOptions {
     SessionOptions {
-        max_context: (prompt + steps + 1).max(128),
+        max_context: (prompt + steps + 1).max(384),
         kv,
         ..Default::default()
     }
@@ -443,9 +452,11 @@ fn run_bench(
     let kernels = bench::kernels(engine.model()?, reps, prompt.clamp(2, 64))?;
     let figures = bench::figures(&mut engine, path, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
+    let speculation = speculation(&mut engine, path)?;
     if json {
         let mut v = figures.to_json();
         v["guided"] = guided.to_json();
+        v["speculation"] = speculation.iter().map(|t| t.to_json()).collect();
         v["memory"] = memory;
         v["load"] = load;
         v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
@@ -483,6 +494,9 @@ fn run_bench(
     }
     println!("\n{figures}");
     println!("{guided}");
+    for t in &speculation {
+        println!("{t}");
+    }
     println!("memory: {memory}");
     println!("load: {load}");
     Ok(())
@@ -506,6 +520,7 @@ fn run_bench_cpu(
     );
     let (prefill, decode) = bench::cpu_model(&mut engine, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
+    let speculation = speculation(&mut engine, path)?;
     if json {
         let v = serde_json::json!({
             "backend": "cpu",
@@ -514,6 +529,7 @@ fn run_bench_cpu(
             "prefill_tokens_per_s": prefill,
             "decode_tokens_per_s": decode,
             "guided": guided.to_json(),
+            "speculation": speculation.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
             "memory": {"load_heap_peak_bytes": peak, "heap_after_load_bytes": live},
         });
         println!("{v:#}");
@@ -526,7 +542,23 @@ fn run_bench_cpu(
         live / 1_000_000,
         peak / 1_000_000,
     );
+    for t in &speculation {
+        println!("{t}");
+    }
     Ok(())
+}
+
+/// Longest reply of the speculation figures.
+const SPECULATED: usize = 160;
+
+/// `bench_speculation` on the engine, with the model file's tokenizer.
+fn speculation(
+    engine: &mut Engine,
+    path: &std::path::Path,
+) -> Result<Vec<bench_speculation::Task>> {
+    let (gguf, _) = Gguf::open(path)?;
+    let tk = Tokenizer::from_gguf(&gguf.metadata)?;
+    bench_speculation::speculation(engine, &tk, SPECULATED)
 }
 
 /// The engine on the GPU (every optional feature the adapter has, bindings held to

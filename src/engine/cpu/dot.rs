@@ -140,7 +140,9 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
-/// with SIMD each block of 32 is unpacked once for up to eight tokens (prefill).
+/// with SIMD each block of 32 is unpacked once for up to eight tokens (prefill, a
+/// speculative check). Each token's sum is `dot`'s, bit for bit: the same products
+/// added in the same order (speculative decoding relies on it).
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {

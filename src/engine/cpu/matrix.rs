@@ -45,6 +45,11 @@ pub struct QMatrix {
 /// Rows per parallel task: enough work to outweigh scheduling.
 const ROWS_PER_TASK: usize = 64;
 
+/// Up to this many tokens a call, each token takes the one-token kernels: so a
+/// speculative step's check (`Backend::verify`, at most this many positions) gives
+/// one-token decode's logits bit for bit, while reading each row from memory once.
+pub const TOKENWISE: usize = 8;
+
 impl QMatrix {
     /// A matrix of GGML blocks, checked to be `rows` rows of whole blocks.
     pub fn ggml(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>) -> Result<QMatrix> {
@@ -214,17 +219,18 @@ impl QMatrix {
     /// `[held rows][t]`: each task computes its rows for every token.
     fn apply_transposed(&self, x: &[f32], t: usize) -> Vec<f32> {
         let mut yt = vec![0f32; self.held() * t];
+        let tokenwise = t <= TOKENWISE;
         let q16 = match &self.storage {
-            // K-quants: integers for one token; a prefill chunk decodes each row to f32
-            // once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
+            // K-quants: integers for a few tokens; a prefill chunk decodes each row to
+            // f32 once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
             // 128-token prompt: 1.9 tok/s against 1.2 with integer tiles of 8 tokens).
             // Palettes likewise: a look-up per index and token, or one per index.
             Storage::Ggml { ty, .. }
-                if dot::has_int_dot(*ty) && (t == 1 || !dot::is_kquant(*ty)) =>
+                if dot::has_int_dot(*ty) && (tokenwise || !dot::is_kquant(*ty)) =>
             {
                 Some(Q16::quantize(x))
             }
-            Storage::Palette { .. } if t == 1 => Some(Q16::quantize(x)),
+            Storage::Palette { .. } if tokenwise => Some(Q16::quantize(x)),
             _ => None,
         };
         let cols = self.cols;
@@ -243,6 +249,8 @@ impl QMatrix {
                     ) => {
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let row = &data[(r0 + i) * row_bytes..][..*row_bytes];
+                            // Each token's sum is the one-token kernel's, bit for bit
+                            // (a verified step's logits are one-token steps').
                             dot::dots(*ty, row, q, cols, o);
                         }
                     }
@@ -257,10 +265,12 @@ impl QMatrix {
                         Some(q),
                     ) => {
                         let n = palette::row_words(*bits, cols);
-                        for (i, o) in out.iter_mut().enumerate() {
+                        for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let r = r0 + i;
-                            let lv = &levels[r / rows_per_lut];
-                            *o = dot::palette(*bits, &words[r * n..][..n], lv, q.row(0, cols));
+                            let (lv, row) = (&levels[r / rows_per_lut], &words[r * n..][..n]);
+                            for (ti, y) in o.iter_mut().enumerate() {
+                                *y = dot::palette(*bits, row, lv, q.row(ti, cols));
+                            }
                         }
                     }
                     _ => {
@@ -300,9 +310,10 @@ impl QMatrix {
     /// records why; the backend fails the call with it).
     fn apply_shared(&self, r: &Remote, x: &[f32]) -> Vec<f32> {
         let (cols, rows, held) = (self.cols, self.rows, r.split[0]);
-        // Rounds of even size (they differ by one token at most): a one-token round
-        // would take K-quants' integer path where the whole prefill takes the f32 one
-        // (the same logits within the tolerance, but not bit for bit as on one thread).
+        // Rounds of even size (they differ by one token at most): a round of up to
+        // `TOKENWISE` tokens would take the one-token kernels where the whole prefill
+        // takes others (the same logits within the tolerance, but not bit for bit as
+        // on one thread); a team carrying 18 tokens or more never makes one.
         let (t_all, most) = (
             x.len() / cols,
             (r.team.capacity() / (cols + r.rows())).max(1),

@@ -13,14 +13,14 @@ pub mod team;
 
 use super::{Backend, Logits, Want};
 use crate::adapters::Adapter;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::reference::KvStore;
 use crate::model::{Linear, Reference};
 use crate::quant::kv::KvFormat;
 pub use footprint::Footprint;
 use kv::Cache;
 pub use load::{load, load_shared};
-pub use matrix::QMatrix;
+pub use matrix::{QMatrix, TOKENWISE};
 use std::sync::Arc;
 use team::Team;
 
@@ -168,6 +168,22 @@ impl<M: Linear> Backend for CpuBackend<'_, M> {
     fn context_length(&self) -> usize {
         self.model.config.context_length
     }
+    fn verifies(&self) -> usize {
+        TOKENWISE
+    }
+    /// One pass over up to `TOKENWISE` tokens takes the one-token kernels for each:
+    /// every position's logits are those of one-token steps, bit for bit.
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        if tokens.len() > TOKENWISE {
+            return Err(Error::invalid(format!(
+                "{} positions to verify; at most {TOKENWISE} in one pass",
+                tokens.len()
+            )));
+        }
+        let logits = self.run(tokens, true)?;
+        let vocab = self.model.config.vocab_size;
+        Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+    }
 }
 
 /// The f32 reference as a generation backend (tests, `pippin quality`).
@@ -204,5 +220,11 @@ impl Backend for CpuSession<'_> {
     }
     fn context_length(&self) -> usize {
         self.model.config.context_length
+    }
+    fn verifies(&self) -> usize {
+        TOKENWISE
+    }
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        self.backend().verify(tokens).await
     }
 }

@@ -1,0 +1,269 @@
+//! Speculative decoding: guesses of the next tokens that the model checks in one
+//! forward. A proposer guesses; the backend runs the last picked token and the
+//! guesses in one pass (`Backend::verify`), each position's logits bit for bit those
+//! of one-token steps; the generate loop picks at every position as one-token decode
+//! would (the same logits, penalty, mask and draw), keeping guesses while they equal
+//! its picks. So the text is plain decoding's, token for token and draw for draw —
+//! for greedy and sampled replies alike — and only the number of forwards changes:
+//! where decode is bound by reading the weights, k positions cost about one.
+//!
+//! The proposer here is prompt lookup: the last few tokens of the conversation are
+//! looked for earlier in it, and what followed them there is the guess. It needs no
+//! second model and pays on replies that copy from their input (extraction,
+//! summaries, code edits, structured output from a text).
+
+use serde::{Deserialize, Serialize};
+
+/// Whether replies are decoded speculatively.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculation {
+    /// Prompt lookup where it pays: on backends that verify several positions in one
+    /// pass, guessing as many tokens as the measured cost of a check and the rate of
+    /// kept guesses make worth it (none where a check costs what its steps would).
+    #[default]
+    Auto,
+    /// Prompt lookup at every match, paying or not (tests, benchmarks).
+    On,
+    /// One token a forward.
+    Off,
+}
+
+/// The longest and shortest run of tokens looked up: a longer match is a better
+/// guess; one token alone matches too often in open text to pay for its checks.
+const NGRAM_MAX: usize = 3;
+const NGRAM_MIN: usize = 2;
+
+/// Prompt lookup: what followed the conversation's last tokens where they last
+/// occurred before.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lookup;
+
+impl Lookup {
+    /// Up to `limit` tokens that followed the most recent earlier occurrence of
+    /// `history`'s last tokens (the longest run that occurred); none without a match.
+    pub fn propose(&self, history: &[u32], limit: usize) -> Vec<u32> {
+        if limit == 0 {
+            return Vec::new();
+        }
+        for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
+            if let Some(next) = find_earlier(history, n) {
+                let end = (next + limit).min(history.len());
+                if end > next {
+                    return history[next..end].to_vec();
+                }
+            }
+        }
+        Vec::new()
+    }
+}
+
+/// How many tokens to guess: the number that makes the most tokens per unit of time,
+/// from what this reply measured. A check of `1 + k` positions costs
+/// `1 + k·extra[k]` one-token forwards (measured for each k: a kernel that reads a
+/// row once for several tokens costs less per token the more it has), and keeps `a + a² + … + aᵏ` guesses on average
+/// when each guess is kept with chance `a` after the ones before it were; guessing
+/// pays when `(1 + kept) / (1 + k·extra)` is over 1.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Most guesses a check takes (the backend's verify width less one).
+    most: usize,
+    always: bool,
+    /// Guesses kept and guesses tried (a miss ends a check: later ones are not
+    /// tried), counts that fade so the rate follows the reply.
+    kept: f64,
+    tried: f64,
+    /// A one-token forward in ms (moving average), once one was timed.
+    step_ms: Option<f64>,
+    /// A check of `k` guesses: its cost per position past the first, in one-token
+    /// forwards.
+    extra: Vec<f64>,
+    /// Steps since the last check while guessing did not pay: after `probe` of them
+    /// one guess is checked, so a reply that turns to copying is noticed.
+    idle: usize,
+    /// `PROBE`, doubled by each probe that kept nothing (up to `PROBE_MOST`): open
+    /// text pays ~1% for its probes, not the ~5% of one every `PROBE` steps.
+    probe: usize,
+}
+
+/// Fading of the kept/tried counts per check, and of the timings per sample.
+const FADE: f64 = 0.8;
+const SMOOTH: f64 = 0.5;
+const PROBE: usize = 16;
+const PROBE_MOST: usize = 256;
+
+impl Policy {
+    /// `most` guesses at most; `always`: guess at every step (`Speculation::On`).
+    pub fn new(most: usize, always: bool) -> Policy {
+        Policy {
+            most,
+            always,
+            // Priors: 3 of 4 guesses kept (hopeful: a first check is what measures
+            // it); a check's position 0.6 of a forward (SIMD kernels in Chromium,
+            // the default model).
+            kept: 3.0,
+            tried: 4.0,
+            step_ms: None,
+            extra: vec![0.6; most + 1],
+            idle: 0,
+            probe: PROBE,
+        }
+    }
+
+    /// The chance that a guess is kept after the ones before it were.
+    pub fn acceptance(&self) -> f64 {
+        self.kept / self.tried
+    }
+
+    /// Tokens per forward's cost guessing `k`.
+    fn gain(&self, k: usize) -> f64 {
+        let a = self.acceptance();
+        let kept: f64 = (1..=k as i32).map(|i| a.powi(i)).sum();
+        (1.0 + kept) / (1.0 + k as f64 * self.extra[k])
+    }
+
+    /// Tokens to guess at this step (0: run one token).
+    pub fn guesses(&mut self) -> usize {
+        let best = (1..=self.most)
+            .max_by(|&a, &b| self.gain(a).total_cmp(&self.gain(b)))
+            .unwrap_or(0);
+        if self.always {
+            return best;
+        }
+        if self.step_ms.is_none() {
+            return 0; // a one-token forward is timed first
+        }
+        if self.gain(best) > 1.02 {
+            return best;
+        }
+        self.idle += 1;
+        if self.idle >= self.probe {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// A one-token forward took `ms`.
+    pub fn stepped(&mut self, ms: f64) {
+        self.step_ms = Some(match self.step_ms {
+            Some(s) => s + SMOOTH * (ms - s),
+            None => ms,
+        });
+    }
+
+    /// A check of `proposed` guesses (and the token before them) took `ms` and kept
+    /// `accepted`.
+    pub fn checked(&mut self, proposed: usize, accepted: usize, ms: f64) {
+        // A probe (guessing did not pay) that kept nothing: wait longer for the next.
+        let probed = self.idle >= self.probe;
+        self.idle = 0;
+        self.probe = match (probed, accepted) {
+            (true, 0) => (self.probe * 2).min(PROBE_MOST),
+            (_, 0) => self.probe,
+            _ => PROBE,
+        };
+        self.kept = self.kept * FADE + accepted as f64;
+        self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
+        if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
+            let seen = ((ms / step - 1.0) / proposed.max(1) as f64).clamp(0.0, 2.0);
+            *extra += SMOOTH * (seen - *extra);
+        }
+    }
+}
+
+/// Where what followed the most recent earlier occurrence of `h`'s last `n` tokens
+/// starts (an occurrence that ends before `h`'s last token, so something follows).
+fn find_earlier(h: &[u32], n: usize) -> Option<usize> {
+    if h.len() <= n {
+        return None;
+    }
+    let tail = &h[h.len() - n..];
+    (0..h.len() - n)
+        .rev()
+        .find(|&s| &h[s..s + n] == tail)
+        .map(|s| s + n)
+}
+
+/// What speculation did over a reply (reported in `Usage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationStats {
+    /// Guessed tokens checked.
+    pub proposed: usize,
+    /// Guesses that were the token picked.
+    pub accepted: usize,
+    /// Forwards of the model while decoding (a check is one).
+    pub forwards: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_recent_longest_match_is_proposed() {
+        // "1 2 3 4 5 ... 9 2 3 7 ... 2 3" : the 2-gram "2 3" last occurred before 7.
+        let h = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3];
+        assert_eq!(Lookup.propose(&h, 4), vec![7, 8, 2, 3]);
+        assert_eq!(Lookup.propose(&h, 2), vec![7, 8]);
+        // The 3-gram "9 2 3" wins over a more recent 2-gram.
+        let h = [9, 2, 3, 4, 4, 2, 3, 5, 9, 2, 3];
+        assert_eq!(Lookup.propose(&h, 4), vec![4, 4, 2, 3]);
+    }
+
+    #[test]
+    fn no_match_no_guess() {
+        assert!(Lookup.propose(&[1, 2, 3, 4], 8).is_empty());
+        assert!(Lookup.propose(&[], 8).is_empty());
+        assert!(
+            Lookup.propose(&[5, 5], 8).is_empty(),
+            "nothing follows the match"
+        );
+        assert!(Lookup.propose(&[5, 5, 5, 5], 0).is_empty());
+        // A repeated token: the 3-gram "5 5 5" occurred at 0, and "5" follows it.
+        assert_eq!(Lookup.propose(&[5, 5, 5, 5], 8), vec![5]);
+    }
+
+    #[test]
+    fn guesses_follow_acceptance_and_the_cost_of_a_check() {
+        let mut p = Policy::new(7, false);
+        assert_eq!(p.guesses(), 0, "a one-token forward is timed first");
+        p.stepped(10.0);
+        let first = p.guesses();
+        assert!((1..=7).contains(&first), "the priors pay: {first}");
+        // Every guess kept, a check of 8 costing 4 steps: the longest guess.
+        for _ in 0..5 {
+            p.checked(7, 7, 40.0);
+        }
+        assert_eq!(p.guesses(), 7);
+        // Every guess missed: none, until a probe.
+        for _ in 0..10 {
+            p.checked(3, 0, 40.0);
+        }
+        let waited = (0..PROBE).take_while(|_| p.guesses() == 0).count();
+        assert_eq!(waited, PROBE - 1, "one guess after {PROBE} steps");
+        // A probe that keeps nothing doubles the wait; one kept guess resets it.
+        p.checked(1, 0, 20.0);
+        let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
+        assert_eq!(waited, 2 * PROBE - 1);
+        p.checked(1, 1, 20.0);
+        if p.guesses() == 0 {
+            let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
+            assert_eq!(waited, PROBE - 2);
+        }
+        // A check that costs its steps (plain loops): guessing never pays.
+        let mut p = Policy::new(7, false);
+        p.stepped(10.0);
+        for k in 1..=7 {
+            for _ in 0..5 {
+                p.checked(k, k - 1, 10.0 * (k + 1) as f64);
+            }
+        }
+        assert!(p.extra.iter().skip(1).all(|&e| e > 0.9), "{:?}", p.extra);
+        assert_eq!(p.guesses(), 0);
+        // `On` guesses regardless, as many as pay best or one.
+        let mut p = Policy::new(7, true);
+        assert!(p.guesses() >= 1);
+    }
+}

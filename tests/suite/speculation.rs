@@ -1,0 +1,124 @@
+//! Speculative decoding (prompt lookup) on the CPU backend: a check of several
+//! positions in one pass gives one-token steps' logits bit for bit, on every weight
+//! format; and replies — greedy, seeded sampling, stop strings, max tokens, guided —
+//! are the same text with speculation on and off, while copying replies take fewer
+//! forwards than tokens.
+
+use crate::common;
+
+use common::models_file;
+use pippin::engine::{
+    generate, Backend, CpuBackend, CpuState, GenerateOptions, Logits, Speculation, Usage, Want,
+};
+use pippin::gguf::Gguf;
+use pippin::quant::kv::KvFormat;
+use pippin::sampler::SamplerOptions;
+use pippin::tokenizer::{Message, Tokenizer};
+use std::path::PathBuf;
+
+fn full(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
+    match pollster::block_on(b.forward(tokens, Want::logits())).unwrap() {
+        Logits::Full(l) => l,
+        Logits::Top(_) => panic!("the CPU backend returns full logits"),
+    }
+}
+
+#[test]
+fn a_verified_step_is_one_token_steps_bit_for_bit() {
+    let files: Vec<PathBuf> = ["Q4_K_M", "Q6_K", "Q5_0", "IQ4_NL"]
+        .iter()
+        .map(|n| models_file(&format!("fixtures/SmolLM2-135M-Instruct.{n}.gguf")))
+        .chain([common::model_path()])
+        .collect();
+    let prompt = [504u32, 3575, 282, 4649, 314];
+    let more = [260u32, 3575, 282, 4649, 314, 2114, 30, 28];
+    for path in files {
+        let m = common::load_cpu(&path, None);
+        for kv in [KvFormat::F32, KvFormat::Int8] {
+            let (mut s1, mut s2) = (CpuState::new(kv), CpuState::new(kv));
+            let mut one = CpuBackend::new(&m, &mut s1, None);
+            let mut many = CpuBackend::new(&m, &mut s2, None);
+            full(&mut one, &prompt);
+            full(&mut many, &prompt);
+            let rows = pollster::block_on(many.verify(&more)).unwrap();
+            assert_eq!(rows.len(), more.len());
+            for (i, row) in rows.iter().enumerate() {
+                let want = full(&mut one, &more[i..i + 1]);
+                assert!(
+                    row == &want,
+                    "{} {kv:?}: position {i} differs from a one-token step",
+                    path.display()
+                );
+            }
+            assert_eq!(many.tokens(), one.tokens());
+        }
+    }
+}
+
+/// A reply with speculation on (at every match), auto and off: (text, usage) each.
+fn each(prompt: &[u32], tk: &Tokenizer, o: &GenerateOptions) -> [(String, Usage); 3] {
+    let m = common::cpu_model();
+    [Speculation::On, Speculation::Auto, Speculation::Off].map(|speculation| {
+        let mut state = CpuState::new(KvFormat::Int8);
+        let mut b = CpuBackend::new(m, &mut state, None);
+        let o = GenerateOptions {
+            speculation,
+            ..o.clone()
+        };
+        let mut text = String::new();
+        let (_, usage) = pollster::block_on(generate(&mut b, tk, prompt, &o, |t, _| {
+            text.push_str(t);
+            true
+        }))
+        .unwrap();
+        (text, usage)
+    })
+}
+
+fn tokenizer() -> Tokenizer {
+    let (g, _) = Gguf::open(&common::model_path()).unwrap();
+    Tokenizer::from_gguf(&g.metadata).unwrap()
+}
+
+const PASSAGE: &str = "The Debian Project is an association of individuals who have made common cause to create a free operating system. This operating system is called Debian. Debian systems currently use the Linux kernel or the FreeBSD kernel.";
+
+#[test]
+fn copying_replies_are_the_same_text_in_fewer_forwards() {
+    let tk = tokenizer();
+    let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
+    let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
+    for (temperature, stop) in [
+        (0.0, vec![]),
+        (0.7, vec![]),
+        (0.0, vec!["common cause".into()]),
+    ] {
+        let o = GenerateOptions {
+            max_tokens: 48,
+            stop,
+            sampler: SamplerOptions {
+                temperature,
+                seed: 5,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let [(on, u_on), (auto, u_auto), (off, u_off)] = each(&prompt, &tk, &o);
+        assert_eq!(on, off, "t {temperature}: speculation changed the text");
+        assert_eq!(auto, off, "t {temperature}: speculation changed the text");
+        let a = u_auto.speculation;
+        assert_eq!(a.forwards + a.accepted, u_off.speculation.forwards, "{a:?}");
+        assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
+        let s = u_on.speculation;
+        eprintln!(
+            "t {temperature}: {s:?}, {} tokens: {on:?}",
+            u_on.generated_tokens
+        );
+        assert_eq!(u_off.speculation.proposed, 0);
+        assert!(s.accepted > 0 && s.accepted <= s.proposed, "{s:?}");
+        assert!(
+            s.forwards + s.accepted == u_off.speculation.forwards,
+            "each kept guess saves a forward: {s:?} vs {:?}",
+            u_off.speculation
+        );
+    }
+}
