@@ -51,8 +51,8 @@ export declare class PippinError extends Error {
 export type KvCacheFormat = "int8" | "int4" | "f16" | "f32";
 
 export interface LoadProgress {
-  /** "download" (request sent), "upload" (bytes read and sent to the GPU), "compile" (the GPU pipelines), "ready". */
-  phase: "download" | "upload" | "compile" | "ready";
+  /** "download" (request sent), "upload" (bytes read and sent to the GPU), "compile" (the GPU pipelines), "draft" (the draft model's bytes, `LoadOptions.draft`), "ready". */
+  phase: "download" | "upload" | "compile" | "draft" | "ready";
   /** Bytes of the model file read so far. */
   loaded: number;
   /** Size of the file in bytes; 0 when the server does not say. */
@@ -105,6 +105,14 @@ export interface LoadOptions {
   guidedWasmUrl?: string | URL;
   /** Aborting stops the download and the load: it rejects with code "Aborted" (name "AbortError"). */
   signal?: AbortSignal;
+  /**
+   * A draft model for speculative decoding: a smaller model of the same vocabulary
+   * (a file as `load`'s source takes it), run ahead on the CPU backend to propose the
+   * tokens the model checks in one forward, instead of prompt lookup. Replies are the
+   * same text either way. Another vocabulary fails the load with code "BadOptions".
+   * On the WebGPU backend it is not downloaded (`info().draftReason` says why).
+   */
+  draft?: ModelFile | ModelFile[];
 }
 
 export interface GenerateOptions {
@@ -360,6 +368,9 @@ export interface Info {
   /** Threads the CPU backend runs on (1 on WebGPU), and why that many. */
   threads: number;
   threadsReason: string;
+  /** Whether a draft model (`LoadOptions.draft`) proposes speculative decoding's guesses, and why not when one was given. */
+  draft: boolean;
+  draftReason?: string;
   /** The WebGPU adapter's name ("adapter" elsewhere in this API means a LoRA adapter); "" on the CPU. */
   gpuAdapter: string;
   /** wgpu's backend ("BrowserWebGpu"); "" on the CPU. */

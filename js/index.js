@@ -140,6 +140,37 @@ function shardUrls(url) {
  * `openFile` does (from Cache Storage or downloaded, each cached under its own URL);
  * `done(ok)` commits or discards them all.
  */
+/**
+ * Loads `options.draft` (a model of the same vocabulary, as `source` of `load`) as the
+ * draft of speculative decoding, on the CPU backend beside the model. On the WebGPU
+ * backend, which does not check guesses in one pass yet, it is not downloaded: the
+ * result (`info().draft`, `info().draftReason`) says so.
+ */
+async function loadDraft(engine, options, signal) {
+  if (options.draft == null) return { draft: false };
+  if (engine.info().backend !== "cpu") {
+    return { draft: false, draftReason: "the WebGPU backend does not check guesses in one pass yet: replies decode a token a forward" };
+  }
+  const src = await openSource(options.draft, { ...options, signal });
+  const progress = options.onProgress;
+  const onBytes = progress
+    ? (loaded, size) => {
+        const t = size || src.total || 0;
+        progress({ phase: "draft", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
+      }
+    : undefined;
+  try {
+    const streams = [src.stream].flat().map((s) => abortable(s, options.signal));
+    const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext };
+    await engine.loadDraft(streams, src.totals ?? [src.total], engineOptions, onBytes);
+  } catch (e) {
+    await src.done(false);
+    throw e;
+  }
+  await src.done(true);
+  return { draft: true };
+}
+
 async function openSource(source, options) {
   const named = typeof source === "string" || source instanceof URL ? shardUrls(source) : null;
   if (!Array.isArray(source) && !named) return openFile(source, options);
@@ -470,6 +501,8 @@ export class Pippin {
   #threads;
   /** Milliseconds from `Pippin.load` to ready (set by `load`). */
   #loadMs = 0;
+  /** `{ draft, draftReason }` of `info()`. */
+  #draft = { draft: false };
 
   constructor(engine, threads = { team: null, count: 1, reason: "" }) {
     this.#engine = engine;
@@ -490,7 +523,9 @@ export class Pippin {
    * @param source a URL, a Response, a Blob/File or a Uint8Array; for a model split into
    * several files (gguf-split), an array of them in order, or the URL of the first
    * (`…-00001-of-000NN.gguf`: the others are found by name)
-   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, gpuLimits, cache, wasmUrl, guidedWasmUrl, signal }
+   * @param options { onProgress, backend: "auto"|"webgpu"|"cpu", threads, kvCache: "int8"|"int4"|"f16"|"f32", maxContext, gpuLimits, cache, wasmUrl, guidedWasmUrl, signal, draft }
+   * (`draft`: a smaller model of the same vocabulary, as `source`, that proposes the
+   * guesses of speculative decoding on the CPU backend; progress phase "draft")
    */
   static async load(source, options = {}) {
     const t0 = performance.now();
@@ -558,11 +593,18 @@ export class Pippin {
     }
     await src.done(true);
     downloads.abort();
+    // The model is kept (cached) whatever becomes of its draft.
+    const draft = await loadDraft(engine, options, signal).catch((e) => {
+      threads.team?.close();
+      engine.free();
+      throw signal?.aborted ? loadAborted(signal) : e;
+    });
     // A copy that could not be kept (storage full, over quota) is said, not thrown: the
     // model loaded.
     const cacheError = src.cacheError;
     progress?.({ phase: "ready", loaded: src.total ?? 0, total: src.total ?? 0, fraction: 1, ...(cacheError && { cacheError }) });
     const llm = new Pippin(engine, threads);
+    llm.#draft = draft;
     llm.#loadMs = performance.now() - t0;
     return llm;
   }
@@ -621,7 +663,7 @@ export class Pippin {
   /** { config, backend: "webgpu"|"cpu", backendReason, threads, threadsReason, gpuAdapter, gpuBackend, shaderF16, subgroups, maxStorageBufferBindingSize, maxBufferSize } */
   info() {
     const { count, reason } = this.#threads;
-    return { ...this.#engine.info(), threads: count, threadsReason: reason };
+    return { ...this.#engine.info(), threads: count, threadsReason: reason, ...this.#draft };
   }
 
   /** Forgets the conversation (a new chat). */

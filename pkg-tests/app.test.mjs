@@ -942,6 +942,41 @@ test("speculative decoding: a reply that copies its input is the same text with 
   assert.equal(r.openai, greedy.text);
 });
 
+test("speculative decoding with a draft model: the same text in fewer forwards; another vocabulary is BadOptions from its header", async () => {
+  const r = await page.evaluate(async ({ url, draft, other }) => {
+    const chat = [{ role: "user", content: "Write a short story about a lighthouse keeper." }];
+    async function reply(m, o) {
+      let text = "", end;
+      for await (const c of m.chat(chat, { maxTokens: 24, ...o })) c.done ? (end = c) : (text += c.text);
+      return { text, usage: end.usage };
+    }
+    const phases = new Set();
+    const m = await Pippin.load(url, { backend: "cpu", threads: 1, cache: false, draft, onProgress: (p) => phases.add(p.phase) });
+    const runs = [];
+    try {
+      for (const o of [{}, { temperature: 0.8, seed: 4 }]) {
+        runs.push([await reply(m, { speculation: "on", ...o }), await reply(m, { speculation: "off", ...o })]);
+      }
+      const info = m.info();
+      let refused;
+      await Pippin.load(url, { backend: "cpu", threads: 1, cache: false, draft: other }).catch((e) => (refused = `${e.code}: ${e.message}`));
+      return { runs, info: { draft: info.draft, draftReason: info.draftReason }, phases: [...phases], refused, after: (await reply(m, {})).text };
+    } finally {
+      await m.dispose();
+    }
+  }, { url: MODEL, draft: "/models/fixtures/SmolLM2-135M-Instruct.Q2_K.gguf", other: "/models/gemma-3-270m-q4_k_m.gguf" });
+  assert.deepEqual(r.info, { draft: true }, "info() says a draft proposes");
+  assert.ok(r.phases.includes("draft"), r.phases.join());
+  for (const [on, off] of r.runs) {
+    assert.equal(on.text, off.text, "the draft changes no token, seeded sampling included");
+    const s = on.usage.speculation;
+    assert.ok(s.accepted > 0 && s.accepted <= s.proposed, JSON.stringify(s));
+    assert.equal(s.forwards + s.accepted, off.usage.speculation.forwards, "each kept guess is a forward saved");
+  }
+  assert.match(r.refused, /^BadOptions: .*vocabulary/);
+  assert.equal(r.after, r.runs[0][1].text, "the model with its draft goes on");
+});
+
 test("a CPU worker thread that dies fails the reply with DeviceLost, without a hang", async () => {
   const r = await page.evaluate(async (url) => {
     const m = await Pippin.load(url, { cache: false, threads: 2 });

@@ -15,6 +15,7 @@ use super::cpu::team::Team;
 use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::tools::{self, Prepared};
+use super::Backend;
 use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
@@ -96,6 +97,8 @@ pub struct Engine {
     next_id: u64,
     /// The vocabulary compiled for guided replies, on the first one.
     grammars: GrammarCache,
+    /// A draft model proposing speculative decoding's guesses (`set_draft`).
+    draft: Option<Body>,
 }
 
 impl Engine {
@@ -142,16 +145,32 @@ impl Engine {
         reason: &str,
         team: Option<Arc<dyn Team>>,
     ) -> Result<Engine> {
+        let (body, tokenizer) =
+            Self::load_cpu_body(src, session, progress, team, &|_| Ok(())).await?;
+        Ok(Self::with_body(body, tokenizer, reason))
+    }
+
+    /// A model on the CPU backend and its tokenizer; `vet` sees the tokenizer (built
+    /// from the header) before any weight is read.
+    async fn load_cpu_body<S: ByteSource>(
+        src: &mut S,
+        session: SessionOptions,
+        progress: crate::gguf::Progress<'_>,
+        team: Option<Arc<dyn Team>>,
+        vet: &dyn Fn(&Tokenizer) -> Result<()>,
+    ) -> Result<(Body, Tokenizer)> {
         let threads = team.as_ref().map_or(1, |t| t.helpers() + 1);
         let mut tokenizer = None;
         let mut check = |g: &Gguf| {
+            let t = Tokenizer::from_gguf(&g.metadata)?;
+            vet(&t)?;
             if let Some(limit) = session.cpu_memory {
                 let c = crate::model::Config::from_gguf(g)?;
                 let context = c.context_length.min(session.max_context.max(1));
                 let need = super::cpu::Footprint::of(g, &c, context, session.kv);
                 need.shared_by(threads).check(limit)?;
             }
-            tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
+            tokenizer = Some(t);
             Ok(())
         };
         let max = session.max_context;
@@ -163,7 +182,24 @@ impl Engine {
             model: Box::new(model),
             state: CpuState::new(session.kv).with_team(team),
         };
-        Ok(Self::with_body(body, tokenizer, reason))
+        Ok((body, tokenizer))
+    }
+
+    /// Loads the draft model of speculative decoding (`set_draft`) onto the CPU
+    /// backend: one of another vocabulary is refused from its header, before its
+    /// weights are read.
+    pub async fn load_draft<S: ByteSource>(
+        &mut self,
+        src: &mut S,
+        session: SessionOptions,
+        progress: crate::gguf::Progress<'_>,
+    ) -> Result<()> {
+        self.can_draft()?;
+        let target = &self.tokenizer;
+        let vet = |t: &Tokenizer| same_vocabulary(target, t);
+        let (body, _) = Self::load_cpu_body(src, session, progress, None, &vet).await?;
+        self.draft = Some(body);
+        Ok(())
     }
 
     /// Opens a GGUF file (natively).
@@ -248,6 +284,7 @@ impl Engine {
             ended: None,
             next_id: 1,
             grammars: GrammarCache::default(),
+            draft: None,
         }
     }
 
@@ -321,6 +358,19 @@ impl Engine {
             .and_then(|n| self.adapters.get(n))
             .map(|a| a.as_ref());
         Ok(Self::backend_of(&mut self.body, adapter))
+    }
+
+    /// As `backend`, with the draft model's backend when there is one
+    /// (`generate_drafted`).
+    pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<AnyBackend<'_>>)> {
+        self.idle()?;
+        let adapter = self
+            .active
+            .as_deref()
+            .and_then(|n| self.adapters.get(n))
+            .map(|a| a.as_ref());
+        let draft = self.draft.as_mut().map(|d| Self::backend_of(d, None));
+        Ok((Self::backend_of(&mut self.body, adapter), draft))
     }
 
     fn backend_of<'a>(body: &'a mut Body, adapter: Option<&'a Resident>) -> AnyBackend<'a> {
@@ -421,6 +471,11 @@ impl Engine {
             &self.grammars,
         )
         .await?;
+        if let Some(d) = &mut self.draft {
+            generation
+                .prefill_draft(&mut Self::backend_of(d, None))
+                .await?;
+        }
         generation.asked_at(asked);
         if let Some(r) = p.calls {
             generation.expect_calls(r);
@@ -443,7 +498,11 @@ impl Engine {
             return self.ended_as(id);
         };
         let mut backend = Self::backend_of(&mut self.body, r.adapter.as_deref());
-        match r.generation.next(&mut backend, &self.tokenizer).await {
+        let mut draft = self.draft.as_mut().map(|d| Self::backend_of(d, None));
+        let next = r
+            .generation
+            .next_with(&mut backend, draft.as_mut(), &self.tokenizer);
+        match next.await {
             Ok(e @ Event::Done { .. }) => {
                 self.end(id, Ended::Done(e.clone()));
                 Ok(e)
@@ -547,11 +606,39 @@ impl Engine {
     /// Forgets the conversation (the KV cache stays allocated).
     pub fn reset(&mut self) -> Result<()> {
         self.idle()?;
-        match &mut self.body {
-            Body::Gpu { session, .. } => session.clear(),
-            Body::Cpu { state, .. } => state.clear(),
+        for body in std::iter::once(&mut self.body).chain(self.draft.as_mut()) {
+            match body {
+                Body::Gpu { session, .. } => session.clear(),
+                Body::Cpu { state, .. } => state.clear(),
+            }
         }
         Ok(())
+    }
+
+    /// Takes `draft`'s model as the draft of speculative decoding: it proposes the
+    /// guesses instead of prompt lookup (`speculate::draft`). Refused (`BadOptions`)
+    /// for a model of another vocabulary, and while this backend does not check
+    /// guesses in one pass (the GPU's, for now).
+    pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
+        self.can_draft()?;
+        same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
+        self.draft = Some(draft.body);
+        Ok(())
+    }
+
+    fn can_draft(&mut self) -> Result<()> {
+        self.idle()?;
+        if Self::backend_of(&mut self.body, None).verifies() < 2 {
+            return Err(Error::invalid(
+                "a draft model needs a backend that checks several tokens in one pass: the CPU backend (not yet the GPU's)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a draft model proposes the guesses (`set_draft`).
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
     }
 
     /// GPU memory Pippin holds for this model, by kind (all zero on the CPU backend).
@@ -588,6 +675,25 @@ impl Engine {
             Body::Gpu { session, .. } => session.len(),
             Body::Cpu { state, .. } => state.len(),
         }
+    }
+}
+
+/// A draft's tokens must be the target's, id for id: its guesses are the target's ids.
+fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let n = target.vocab_size();
+    if draft.vocab_size() != n {
+        return Err(Error::invalid(format!(
+            "the draft model's vocabulary has {} tokens, the model's {n}: a draft needs the same vocabulary",
+            draft.vocab_size()
+        )));
+    }
+    match (0..n as u32).find(|&id| target.token_text(id) != draft.token_text(id)) {
+        Some(id) => Err(Error::invalid(format!(
+            "the draft model's token {id} is {:?}, the model's {:?}: a draft needs the same vocabulary",
+            draft.token_text(id).unwrap_or_default(),
+            target.token_text(id).unwrap_or_default()
+        ))),
+        None => Ok(()),
     }
 }
 

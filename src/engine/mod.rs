@@ -503,14 +503,30 @@ impl Generation {
 
     /// The next piece of text, or `Done` (again and again once finished).
     pub async fn next<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
-        let e = self.next_event(backend, tk).await?;
+        self.next_with(backend, None::<&mut B>, tk).await
+    }
+
+    /// As `next`, with a draft model proposing the guesses of speculative decoding
+    /// (instead of prompt lookup) when one is given.
+    pub async fn next_with<B: Backend, D: Backend>(
+        &mut self,
+        backend: &mut B,
+        draft: Option<&mut D>,
+        tk: &Tokenizer,
+    ) -> Result<Event> {
+        let e = self.next_event(backend, draft, tk).await?;
         if matches!(e, Event::Text { .. }) && self.usage.time_to_first_token_ms == 0.0 {
             self.usage.time_to_first_token_ms = ms_since(self.asked).max(f64::MIN_POSITIVE);
         }
         Ok(e)
     }
 
-    async fn next_event<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
+    async fn next_event<B: Backend, D: Backend>(
+        &mut self,
+        backend: &mut B,
+        mut draft: Option<&mut D>,
+        tk: &Tokenizer,
+    ) -> Result<Event> {
         loop {
             if let Some(e) = self.outbox.pop_front() {
                 match (e, &mut self.calls) {
@@ -540,8 +556,25 @@ impl Generation {
                     calls: self.tool_calls.clone(),
                 });
             }
-            self.step(backend, tk).await?;
+            self.step(backend, draft.as_deref_mut(), tk).await?;
         }
+    }
+
+    /// Runs the prompt through the draft model too, as part of the prefill, so its
+    /// first guesses do not wait for it (nothing when the reply does not speculate).
+    pub async fn prefill_draft<D: Backend>(&mut self, d: &mut D) -> Result<()> {
+        let h = &self.history;
+        if self.policy.is_none() || h.len() >= d.context_length() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let keep = common_prefix(d.tokens(), h).min(h.len() - 1);
+        d.truncate(keep);
+        let have = d.tokens().len().min(keep);
+        d.forward(&h[have..], Want::top(1)).await?;
+        self.usage.prefill_ms += ms_since(t0);
+        self.started = Instant::now();
+        Ok(())
     }
 
     /// Ends the generation now; what was run stays in the KV cache.
@@ -563,7 +596,12 @@ impl Generation {
     }
 
     /// Samples one token (running the previous one first) and queues its text.
-    async fn step<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
+    async fn step<B: Backend, D: Backend>(
+        &mut self,
+        backend: &mut B,
+        draft: Option<&mut D>,
+        tk: &Tokenizer,
+    ) -> Result<()> {
         if self.chained {
             let r = self.step_chained(backend, tk).await;
             if r.is_err() {
@@ -574,7 +612,7 @@ impl Generation {
         // Taken only once the step succeeded: after a failure the same token runs
         // again, and the caller sees the error, not a quiet end.
         if let Some(t) = self.to_run {
-            if self.speculate(backend, tk, t).await? {
+            if self.speculate(backend, draft, tk, t).await? {
                 return Ok(());
             }
             let started = Instant::now();
@@ -600,13 +638,14 @@ impl Generation {
         Ok(())
     }
 
-    /// A speculative step: `t` (picked, not run yet) and prompt lookup's guesses in
-    /// one forward, then a pick at every position as one-token steps make it, the
-    /// guesses kept while they are the pick; the cache is cut after the last position
-    /// used. False (nothing done) without a guess.
-    async fn speculate<B: Backend>(
+    /// A speculative step: `t` (picked, not run yet) and the guesses (the draft
+    /// model's, else prompt lookup's) in one forward, then a pick at every position as
+    /// one-token steps make it, the guesses kept while they are the pick; the cache is
+    /// cut after the last position used. False (nothing done) without a guess.
+    async fn speculate<B: Backend, D: Backend>(
         &mut self,
         backend: &mut B,
+        draft: Option<&mut D>,
         tk: &Tokenizer,
         t: u32,
     ) -> Result<bool> {
@@ -622,13 +661,25 @@ impl Generation {
         .saturating_sub(1)
         .min(ctx.saturating_sub(base + 2))
         .min(policy.guesses());
-        let guesses = Lookup.propose(&self.history, room);
+        let started = Instant::now();
+        // A draft that had to catch up on more than the last check's tokens (after
+        // steps without guesses) ran a prefill: not what a check costs.
+        let mut catching_up = 0.0;
+        let guesses = match draft {
+            Some(d) => {
+                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size()).await?;
+                if ran > 2 {
+                    catching_up = ms_since(started);
+                }
+                g
+            }
+            None => Lookup.propose(&self.history, room),
+        };
         if guesses.is_empty() {
             return Ok(false);
         }
         let mut input = vec![t];
         input.extend_from_slice(&guesses);
-        let started = Instant::now();
         let rows = match backend.verify(&input).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -637,7 +688,7 @@ impl Generation {
                 return Err(e);
             }
         };
-        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let ms = ms_since(started) - catching_up;
         self.to_run = None;
         let stats = &mut self.usage.speculation;
         stats.forwards += 1;
@@ -836,14 +887,31 @@ pub async fn generate_calls<B: Backend>(
     prompt: &[u32],
     opts: &GenerateOptions,
     calls: Option<CallReader>,
+    on_text: impl FnMut(&str, u32) -> bool,
+) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
+    generate_drafted(backend, None::<&mut B>, tk, prompt, opts, calls, on_text).await
+}
+
+/// As `generate_calls`, with a draft model (of `backend`'s vocabulary) proposing
+/// speculative decoding's guesses when one is given.
+pub async fn generate_drafted<B: Backend, D: Backend>(
+    backend: &mut B,
+    mut draft: Option<&mut D>,
+    tk: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    calls: Option<CallReader>,
     mut on_text: impl FnMut(&str, u32) -> bool,
 ) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
     let mut g = Generation::start(backend, tk, prompt, opts).await?;
+    if let Some(d) = draft.as_deref_mut() {
+        g.prefill_draft(d).await?;
+    }
     if let Some(r) = calls {
         g.expect_calls(r);
     }
     loop {
-        let e = match g.next(backend, tk).await? {
+        let e = match g.next_with(backend, draft.as_deref_mut(), tk).await? {
             Event::Text { text, token } if !on_text(&text, token) => g.abort(),
             e => e,
         };

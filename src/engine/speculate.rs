@@ -7,11 +7,23 @@
 //! for greedy and sampled replies alike — and only the number of forwards changes:
 //! where decode is bound by reading the weights, k positions cost about one.
 //!
-//! The proposer here is prompt lookup: the last few tokens of the conversation are
-//! looked for earlier in it, and what followed them there is the guess. It needs no
-//! second model and pays on replies that copy from their input (extraction,
-//! summaries, code edits, structured output from a text).
+//! Two proposers guess. Prompt lookup, the default: the last few tokens of the
+//! conversation are looked for earlier in it, and what followed them there is the
+//! guess; it needs no second model and pays on replies that copy from their input
+//! (extraction, summaries, code edits, structured output from a text). A draft model
+//! (`draft`), when the app loads one: a smaller model of the same vocabulary, run
+//! ahead greedily on the same backend.
+//!
+//! Sampled replies keep plain decoding's draws: each position draws from the target's
+//! distribution and a guess is kept when it is the draw. For a proposer that guesses
+//! one token (greedy drafts, prompt lookup) that is the standard accept/reject rule:
+//! the guess is kept with the target's probability of it, and a miss draws from the
+//! target's distribution without the guess (the residual) — so the text follows the
+//! target's distribution and the same seed gives the same text with or without
+//! speculation.
 
+use super::{common_prefix, Backend, Logits, Want};
+use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
 /// Whether replies are decoded speculatively.
@@ -56,6 +68,44 @@ impl Lookup {
         }
         Vec::new()
     }
+}
+
+/// A draft model's guesses: up to `limit` tokens it picks greedily after `history`
+/// (none at or past `vocab`, the target's vocabulary, nor past its context), and how
+/// many tokens it ran to catch up with `history` first. Its KV cache follows the
+/// conversation: what it holds past the common prefix with `history` (guesses that
+/// were not kept) is cut, what it lacks is run.
+pub async fn draft<D: Backend>(
+    d: &mut D,
+    history: &[u32],
+    limit: usize,
+    vocab: usize,
+) -> Result<(Vec<u32>, usize)> {
+    if limit == 0 || history.is_empty() || history.len() + limit >= d.context_length() {
+        return Ok((Vec::new(), 0));
+    }
+    // The last token always runs: its logits give the first guess.
+    let keep = common_prefix(d.tokens(), history).min(history.len() - 1);
+    d.truncate(keep);
+    let have = d.tokens().len().min(keep);
+    let caught_up = history.len() - have;
+    let mut run = history[have..].to_vec();
+    let mut guesses = Vec::with_capacity(limit);
+    while guesses.len() < limit {
+        let next = match d.forward(&run, Want::top(1)).await? {
+            Logits::Top(c) => c.first().map(|c| c.0),
+            Logits::Full(l) => (0u32..)
+                .zip(l)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|c| c.0),
+        };
+        match next {
+            Some(t) if (t as usize) < vocab => guesses.push(t),
+            _ => break,
+        }
+        run = vec![guesses[guesses.len() - 1]];
+    }
+    Ok((guesses, caught_up))
 }
 
 /// How many tokens to guess: the number that makes the most tokens per unit of time,

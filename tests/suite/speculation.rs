@@ -8,7 +8,8 @@ use crate::common;
 
 use common::models_file;
 use pippin::engine::{
-    generate, Backend, CpuBackend, CpuState, GenerateOptions, Logits, Speculation, Usage, Want,
+    generate, generate_drafted, Backend, CpuBackend, CpuState, GenerateOptions, Logits,
+    Speculation, Usage, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::quant::kv::KvFormat;
@@ -121,4 +122,85 @@ fn copying_replies_are_the_same_text_in_fewer_forwards() {
             u_off.speculation
         );
     }
+}
+
+/// A reply with `draft` proposing (speculation on), and without speculation.
+fn drafted(
+    draft: &pippin::engine::CpuModel,
+    prompt: &[u32],
+    tk: &Tokenizer,
+    o: &GenerateOptions,
+) -> [(String, Usage); 2] {
+    let m = common::cpu_model();
+    [Speculation::On, Speculation::Off].map(|speculation| {
+        let (mut s, mut ds) = (CpuState::new(KvFormat::Int8), CpuState::new(KvFormat::Int8));
+        let mut b = CpuBackend::new(m, &mut s, None);
+        let mut d = CpuBackend::new(draft, &mut ds, None);
+        let o = GenerateOptions {
+            speculation,
+            ..o.clone()
+        };
+        let mut text = String::new();
+        let r = generate_drafted(&mut b, Some(&mut d), tk, prompt, &o, None, |t, _| {
+            text.push_str(t);
+            true
+        });
+        let (_, usage, _) = pollster::block_on(r).unwrap();
+        (text, usage)
+    })
+}
+
+#[test]
+fn a_draft_model_s_guesses_give_the_same_text_in_fewer_forwards() {
+    // The Q2_K file of the same model drafts for the Q4_1 one: most guesses are kept,
+    // some are not (each miss rewinds both caches).
+    let draft = common::load_cpu(
+        &models_file("fixtures/SmolLM2-135M-Instruct.Q2_K.gguf"),
+        None,
+    );
+    let tk = tokenizer();
+    let ask = "Write a short story about a lighthouse keeper.";
+    let prompt = tk.encode_chat(&[Message::new("user", ask)], true).unwrap();
+    for (temperature, stop) in [(0.0, vec![]), (0.8, vec![]), (0.0, vec!["keeper".into()])] {
+        let o = GenerateOptions {
+            max_tokens: 40,
+            stop,
+            sampler: SamplerOptions {
+                temperature,
+                seed: 11,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let [(on, u_on), (off, u_off)] = drafted(&draft, &prompt, &tk, &o);
+        assert_eq!(on, off, "t {temperature}: the draft changed the text");
+        assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
+        let s = u_on.speculation;
+        eprintln!(
+            "t {temperature}: {s:?}, {} tokens: {on:?}",
+            u_on.generated_tokens
+        );
+        assert!(s.accepted > 0 && s.accepted <= s.proposed, "{s:?}");
+        assert!(
+            s.forwards + s.accepted == u_off.speculation.forwards,
+            "each kept guess saves a forward: {s:?} vs {:?}",
+            u_off.speculation
+        );
+    }
+}
+
+#[test]
+fn a_draft_of_another_vocabulary_is_refused() {
+    let session = pippin::engine::SessionOptions::default();
+    let load = |p: &std::path::Path| {
+        pollster::block_on(pippin::engine::Engine::load_file_cpu(p, session.clone())).unwrap()
+    };
+    let mut e = load(&common::model_path());
+    let err = e.set_draft(load(&common::gemma_path())).unwrap_err();
+    assert_eq!(err.code(), "BadOptions", "{err}");
+    assert!(err.to_string().contains("vocabulary"), "{err}");
+    assert!(!e.has_draft());
+    // The model stays usable, and takes a draft of its vocabulary.
+    e.set_draft(load(&common::model_path())).unwrap();
+    assert!(e.has_draft());
 }

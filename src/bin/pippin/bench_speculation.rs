@@ -1,10 +1,11 @@
 //! `pippin bench`'s speculative-decoding figures: the same greedy chat reply with
-//! prompt lookup auto (where it pays), on (at every match) and off, side by side, on
+//! speculation auto (where it pays), on (at every guess) and off, side by side, by
+//! prompt lookup or by the engine's draft model (`--draft`), on
 //! a task that copies from its input and on open text — decode tokens/s each way,
 //! guesses proposed and kept, tokens per forward, and whether the texts are equal
 //! (they must be).
 
-use pippin::engine::{generate, Backend, Engine, GenerateOptions, Speculation, Usage};
+use pippin::engine::{generate_drafted, Backend, Engine, GenerateOptions, Speculation, Usage};
 use pippin::tokenizer::{Message, Tokenizer};
 use pippin::Result;
 
@@ -27,6 +28,8 @@ fn tasks() -> [(&'static str, String); 2] {
 
 pub struct Task {
     pub name: &'static str,
+    /// "prompt lookup" or "draft".
+    pub proposer: &'static str,
     pub tokens: usize,
     /// `Speculation::Auto`'s, `On`'s and `Off`'s.
     pub auto: Usage,
@@ -49,6 +52,11 @@ pub fn speculation(e: &mut Engine, tk: &Tokenizer, max: usize) -> Result<Vec<Tas
         let (on_text, on) = reply(e, tk, &prompt, max, Speculation::On)?;
         out.push(Task {
             name,
+            proposer: if e.has_draft() {
+                "draft"
+            } else {
+                "prompt lookup"
+            },
             tokens: on.generated_tokens,
             auto,
             on,
@@ -59,7 +67,7 @@ pub fn speculation(e: &mut Engine, tk: &Tokenizer, max: usize) -> Result<Vec<Tas
     Ok(out)
 }
 
-/// One greedy reply from an empty cache: (text, usage).
+/// One greedy reply from an empty cache (the draft's too): (text, usage).
 fn reply(
     e: &mut Engine,
     tk: &Tokenizer,
@@ -67,18 +75,22 @@ fn reply(
     max: usize,
     speculation: Speculation,
 ) -> Result<(String, Usage)> {
-    let mut b = e.backend()?;
+    let (mut b, mut d) = e.backends()?;
     b.truncate(0);
+    if let Some(d) = &mut d {
+        d.truncate(0);
+    }
     let o = GenerateOptions {
         max_tokens: max,
         speculation,
         ..Default::default()
     };
     let mut text = String::new();
-    let (_, usage) = pollster::block_on(generate(&mut b, tk, prompt, &o, |t, _| {
+    let r = generate_drafted(&mut b, d.as_mut(), tk, prompt, &o, None, |t, _| {
         text.push_str(t);
         true
-    }))?;
+    });
+    let (_, usage, _) = pollster::block_on(r)?;
     Ok((text, usage))
 }
 
@@ -113,6 +125,7 @@ impl Task {
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "task": self.name,
+            "proposer": self.proposer,
             "tokens": self.tokens,
             "auto": self.setting(&self.auto),
             "on": self.setting(&self.on),
@@ -126,8 +139,9 @@ impl std::fmt::Display for Task {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "speculation ({}, {} tokens): decode {:.1} tokens/s off",
+            "speculation ({}, {}, {} tokens): decode {:.1} tokens/s off",
             self.name,
+            self.proposer,
             self.tokens,
             self.off.decode_tokens_per_s()
         )?;

@@ -71,6 +71,10 @@ enum Cmd {
         /// model whose KV cache or tables do not fit is refused.
         #[arg(long)]
         max_binding_mib: Option<u64>,
+        /// With --cpu: the speculative-decoding figures again with this draft model
+        /// (GGUF, the model's vocabulary) proposing the guesses.
+        #[arg(long, value_name = "FILE")]
+        draft: Option<PathBuf>,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -191,6 +195,10 @@ struct GenerateArgs {
     /// Decode one token a forward (no prompt lookup; the text is the same either way).
     #[arg(long)]
     no_speculation: bool,
+    /// A draft model (GGUF, the model's vocabulary) proposing speculative decoding's
+    /// guesses instead of prompt lookup (the CPU backend: with --cpu).
+    #[arg(long, value_name = "FILE")]
+    draft: Option<PathBuf>,
 }
 
 /// The response format the flags ask for.
@@ -282,8 +290,9 @@ fn main() {
             kv,
             json,
             cpu: true,
+            draft,
             ..
-        } => run_bench_cpu(&model, prompt, steps, kv, json),
+        } => run_bench_cpu(&model, prompt, steps, kv, json, draft.as_deref()),
         Cmd::Bench {
             model,
             reps,
@@ -293,6 +302,7 @@ fn main() {
             json,
             cpu: false,
             max_binding_mib,
+            ..
         } => run_bench(&model, reps, prompt, steps, kv, json, max_binding_mib),
     };
     if let Err(e) = result {
@@ -369,15 +379,23 @@ fn generate(a: GenerateArgs) -> Result<()> {
         let (f, u, c) = pollster::block_on(r)?;
         (f, u, c, "CPU reference".to_string())
     } else if a.cpu {
-        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so))?;
+        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so.clone()))?;
         if let Some(dir) = &a.adapter {
             e.load_adapter_dir("adapter", dir)?;
         }
-        let mut b = e.backend()?;
-        let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
+        if let Some(p) = &a.draft {
+            e.set_draft(pollster::block_on(Engine::load_file_cpu(p, so))?)?;
+        }
+        let (mut b, mut d) = e.backends()?;
+        let r = engine::generate_drafted(&mut b, d.as_mut(), &tk, &prompt, &opts, calls, on_text);
         let (f, u, c) = pollster::block_on(r)?;
         (f, u, c, "CPU backend".to_string())
     } else {
+        if a.draft.is_some() {
+            return Err(Error::invalid(
+                "--draft needs --cpu: the GPU backend does not check guesses in one pass yet",
+            ));
+        }
         let mut e = load_engine(&a.model, a.adapter.as_deref(), so, a.max_binding_mib)?;
         let name = format!(
             "GPU {} ({})",
@@ -405,12 +423,14 @@ fn generate(a: GenerateArgs) -> Result<()> {
     }
     let _ = writeln!(std::io::stdout());
     eprintln!(
-        "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, first token after {:.0} ms, finish: {finish:?}]",
+        "[{engine}: {} prompt tokens, {} generated, prefill {:.1} tok/s, decode {:.1} tok/s, first token after {:.0} ms, {}/{} guesses kept, finish: {finish:?}]",
         u.prompt_tokens,
         u.generated_tokens,
         u.prefill_tokens_per_s(),
         u.decode_tokens_per_s(),
-        u.time_to_first_token_ms
+        u.time_to_first_token_ms,
+        u.speculation.accepted,
+        u.speculation.proposed,
     );
     Ok(())
 }
@@ -509,18 +529,23 @@ fn run_bench_cpu(
     steps: usize,
     kv: KvFormat,
     json: bool,
+    draft: Option<&std::path::Path>,
 ) -> Result<()> {
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
     let so = bench_session(prompt, steps, kv);
-    let mut engine = pollster::block_on(Engine::load_file_cpu(path, so))?;
+    let mut engine = pollster::block_on(Engine::load_file_cpu(path, so.clone()))?;
     let (peak, live) = (
         pippin::memory::heap().peak_bytes - before.live_bytes,
         pippin::memory::heap().live_bytes - before.live_bytes,
     );
     let (prefill, decode) = bench::cpu_model(&mut engine, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
-    let speculation = speculation(&mut engine, path)?;
+    let mut speculation = speculation(&mut engine, path)?;
+    if let Some(d) = draft {
+        engine.set_draft(pollster::block_on(Engine::load_file_cpu(d, so))?)?;
+        speculation.extend(self::speculation(&mut engine, path)?);
+    }
     if json {
         let v = serde_json::json!({
             "backend": "cpu",
