@@ -5,7 +5,7 @@
 //
 //   node scripts/bench-browser.d/bench.mjs [--model PATH] [--json] [--prompt-tokens N]
 //        [--max-tokens N] [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout S]
-//        [--task text|copy] [--speculation auto,on,off]
+//        [--task text|copy] [--speculation auto,on,off] [--draft PATH]
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -59,23 +59,28 @@ const { values: opt } = parseArgs({
     timeout: { type: "string", default: "300" },
     task: { type: "string", default: "text" },
     speculation: { type: "string", default: "auto" },
+    draft: { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (opt.help) {
   console.log(`usage: scripts/bench-browser [--model PATH] [--json] [--prompt-tokens N] [--max-tokens N]
                   [--threads 1,2] [--engines pippin,pippin-worker,wllama] [--timeout SECONDS]
-                  [--task text|copy] [--speculation auto,on,off]
+                  [--task text|copy] [--speculation auto,on,off] [--draft PATH]
 Runs Pippin's CPU backend (pippin: on the page; pippin-worker: through pippin/worker), then wllama, each with each --threads count (CPU only), one after the
 other in a fresh headless Chromium each, on the same GGUF and prompt; prints prefill and
 decode tokens/s and the peak resident memory of the browser's processes above their idle
 baseline. --timeout bounds each run (load + generate), in seconds.
 --task copy: the prompt is the text, then "${COPY_CUE}" and the text's first words, so
 the reply copies the text (what speculative decoding's prompt lookup guesses well);
-text (default): the text alone. --speculation: Pippin's runs with each setting.`);
+text (default): the text alone. --speculation: Pippin's runs with each setting.
+--draft PATH: Pippin's runs load this GGUF (the model's vocabulary) as their draft model
+(speculation off does not use it).`);
   process.exit(0);
 }
 const modelFile = path.resolve(opt.model);
+const draftFile = opt.draft ? path.resolve(opt.draft) : null;
+const DRAFT_ROUTE = "/bench/draft.gguf";
 const PROMPT_TOKENS = int(opt["prompt-tokens"], "--prompt-tokens");
 const MAX_TOKENS = int(opt["max-tokens"], "--max-tokens");
 const RUN_TIMEOUT_MS = int(opt.timeout, "--timeout") * 1000;
@@ -86,6 +91,7 @@ for (const s of SPECULATION) if (!["auto", "on", "off"].includes(s)) die(`--spec
 if (!["text", "copy"].includes(opt.task)) die(`--task: "${opt.task}" is not text or copy`);
 for (const e of ENGINES) if (!["pippin", "pippin-worker", "wllama"].includes(e)) die(`--engines: unknown engine "${e}" (pippin, pippin-worker, wllama)`);
 if (!fs.statSync(modelFile, { throwIfNoEntry: false })?.isFile()) die(`no model file at ${modelFile} (scripts/fetch-model downloads the default one)`);
+if (draftFile && !fs.statSync(draftFile, { throwIfNoEntry: false })?.isFile()) die(`no draft model file at ${draftFile}`);
 if (!fs.existsSync(path.join(root, "pkg/index.js"))) die("pkg/ is missing: run scripts/build-pkg first");
 const wllamaDir = path.join(here, "node_modules/@wllama/wllama/esm");
 if (ENGINES.includes("wllama") && !fs.existsSync(path.join(wllamaDir, "wasm/wllama.wasm"))) die("wllama is missing: run npm ci --prefix scripts/bench-browser.d");
@@ -126,7 +132,8 @@ function serve() {
       if (!localHost(req)) throw new HttpError(403, "forbidden: only requests to 127.0.0.1 or localhost");
       if (req.method !== "GET" && req.method !== "HEAD") throw new HttpError(405, "method not allowed");
       const url = String(req.url ?? "/").split("?")[0].split("#")[0];
-      sendFile(res, url === MODEL_ROUTE ? modelFile : resolveInside(root, url), isolated);
+      const file = url === MODEL_ROUTE ? modelFile : url === DRAFT_ROUTE && draftFile ? draftFile : resolveInside(root, url);
+      sendFile(res, file, isolated);
     } catch (e) {
       sendError(res, e);
     }
@@ -295,7 +302,8 @@ async function main() {
         const r = await inBrowser(base, label, async (page, marks) => {
           if (!(await page.evaluate(() => self.crossOriginIsolated))) throw new Error("the page is not cross-origin isolated");
           const entry = run.engine === "pippin-worker" ? "worker" : "index";
-          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads, entry, speculation: run.speculation };
+          const draft = draftFile && run.engine !== "wllama" ? DRAFT_ROUTE : undefined;
+          const arg = { url: MODEL_ROUTE, prompt, maxTokens: MAX_TOKENS, threads: run.threads, entry, speculation: run.speculation, draft };
           return measured(page, marks, label, run.engine === "wllama"
             ? { fn: (a) => window.runWllama(a), arg }
             : { fn: (a) => window.runPippin(a), arg });
@@ -313,6 +321,7 @@ async function main() {
   }
   const report = {
     model: modelFile,
+    draft: draftFile,
     promptTokensAsked: PROMPT_TOKENS,
     task: opt.task,
     prompt,
@@ -422,6 +431,7 @@ function printTable(report) {
   const line = (cells) => cells.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
   const b = report.browser;
   console.log(`model: ${report.model}`);
+  if (report.draft) console.log(`draft: ${report.draft}`);
   if (b) console.log(`browser: ${b.userAgent.match(/Chrom\S+/)?.[0] ?? "?"} headless; crossOriginIsolated ${b.crossOriginIsolated}, JSPI ${b.jspi}, memory64 ${b.memory64}, ${b.hardwareConcurrency} cores`);
   console.log(`prompt: ${report.promptTokensAsked} tokens asked, task ${report.task}; ${report.maxTokens} greedy tokens\n`);
   console.log(line(head));
