@@ -142,7 +142,8 @@ function shardUrls(url) {
  */
 /**
  * Loads `options.draft` (a model of the same vocabulary, as `source` of `load`) as the
- * draft of speculative decoding, on the CPU backend beside the model. On the WebGPU
+ * draft of speculative decoding, on the CPU backend beside the model (one of another
+ * vocabulary is refused once it has loaded). On the WebGPU
  * backend, which does not check guesses in one pass yet, it is not downloaded: the
  * result (`info().draft`, `info().draftReason`) says so.
  */
@@ -159,13 +160,17 @@ async function loadDraft(engine, options, signal) {
         progress({ phase: "draft", loaded, total: t, fraction: t ? Math.min(1, loaded / t) : 0 });
       }
     : undefined;
+  let draft;
   try {
     const streams = [src.stream].flat().map((s) => abortable(s, options.signal));
-    const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext };
-    await engine.loadDraft(streams, src.totals ?? [src.total], engineOptions, onBytes);
+    const engineOptions = { kvCache: options.kvCache, maxContext: options.maxContext, backend: "cpu" };
+    draft = await Engine.load(streams, src.totals ?? [src.total], engineOptions, onBytes);
+    engine.setDraft(draft);
   } catch (e) {
     await src.done(false);
     throw e;
+  } finally {
+    draft?.free();
   }
   await src.done(true);
   return { draft: true };

@@ -942,7 +942,7 @@ test("speculative decoding: a reply that copies its input is the same text with 
   assert.equal(r.openai, greedy.text);
 });
 
-test("speculative decoding with a draft model: the same text in fewer forwards; another vocabulary is BadOptions from its header", async () => {
+test("speculative decoding with a draft model: the same text in fewer forwards; another vocabulary is BadOptions", async () => {
   const r = await page.evaluate(async ({ url, draft, other }) => {
     const chat = [{ role: "user", content: "Write a short story about a lighthouse keeper." }];
     async function reply(m, o) {

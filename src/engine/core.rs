@@ -97,8 +97,9 @@ pub struct Engine {
     next_id: u64,
     /// The vocabulary compiled for guided replies, on the first one.
     grammars: GrammarCache,
-    /// A draft model proposing speculative decoding's guesses (`set_draft`).
-    draft: Option<Body>,
+    /// A draft model proposing speculative decoding's guesses (`set_draft`): always
+    /// on the CPU backend (the only one that checks guesses in one pass, for now).
+    draft: Option<(Box<CpuModel>, CpuState)>,
 }
 
 impl Engine {
@@ -145,32 +146,16 @@ impl Engine {
         reason: &str,
         team: Option<Arc<dyn Team>>,
     ) -> Result<Engine> {
-        let (body, tokenizer) =
-            Self::load_cpu_body(src, session, progress, team, &|_| Ok(())).await?;
-        Ok(Self::with_body(body, tokenizer, reason))
-    }
-
-    /// A model on the CPU backend and its tokenizer; `vet` sees the tokenizer (built
-    /// from the header) before any weight is read.
-    async fn load_cpu_body<S: ByteSource>(
-        src: &mut S,
-        session: SessionOptions,
-        progress: crate::gguf::Progress<'_>,
-        team: Option<Arc<dyn Team>>,
-        vet: &dyn Fn(&Tokenizer) -> Result<()>,
-    ) -> Result<(Body, Tokenizer)> {
         let threads = team.as_ref().map_or(1, |t| t.helpers() + 1);
         let mut tokenizer = None;
         let mut check = |g: &Gguf| {
-            let t = Tokenizer::from_gguf(&g.metadata)?;
-            vet(&t)?;
             if let Some(limit) = session.cpu_memory {
                 let c = crate::model::Config::from_gguf(g)?;
                 let context = c.context_length.min(session.max_context.max(1));
                 let need = super::cpu::Footprint::of(g, &c, context, session.kv);
                 need.shared_by(threads).check(limit)?;
             }
-            tokenizer = Some(t);
+            tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             Ok(())
         };
         let max = session.max_context;
@@ -182,24 +167,7 @@ impl Engine {
             model: Box::new(model),
             state: CpuState::new(session.kv).with_team(team),
         };
-        Ok((body, tokenizer))
-    }
-
-    /// Loads the draft model of speculative decoding (`set_draft`) onto the CPU
-    /// backend: one of another vocabulary is refused from its header, before its
-    /// weights are read.
-    pub async fn load_draft<S: ByteSource>(
-        &mut self,
-        src: &mut S,
-        session: SessionOptions,
-        progress: crate::gguf::Progress<'_>,
-    ) -> Result<()> {
-        self.can_draft()?;
-        let target = &self.tokenizer;
-        let vet = |t: &Tokenizer| same_vocabulary(target, t);
-        let (body, _) = Self::load_cpu_body(src, session, progress, None, &vet).await?;
-        self.draft = Some(body);
-        Ok(())
+        Ok(Self::with_body(body, tokenizer, reason))
     }
 
     /// Opens a GGUF file (natively).
@@ -362,14 +330,17 @@ impl Engine {
 
     /// As `backend`, with the draft model's backend when there is one
     /// (`generate_drafted`).
-    pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<AnyBackend<'_>>)> {
+    pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<CpuBackend<'_>>)> {
         self.idle()?;
         let adapter = self
             .active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
             .map(|a| a.as_ref());
-        let draft = self.draft.as_mut().map(|d| Self::backend_of(d, None));
+        let draft = self
+            .draft
+            .as_mut()
+            .map(|(m, s)| CpuBackend::new(m, s, None));
         Ok((Self::backend_of(&mut self.body, adapter), draft))
     }
 
@@ -471,10 +442,8 @@ impl Engine {
             &self.grammars,
         )
         .await?;
-        if let Some(d) = &mut self.draft {
-            generation
-                .prefill_draft(&mut Self::backend_of(d, None))
-                .await?;
+        if let Some((m, s)) = &mut self.draft {
+            generation.prefill_draft(&mut CpuBackend::new(m, s, None))?;
         }
         generation.asked_at(asked);
         if let Some(r) = p.calls {
@@ -498,7 +467,10 @@ impl Engine {
             return self.ended_as(id);
         };
         let mut backend = Self::backend_of(&mut self.body, r.adapter.as_deref());
-        let mut draft = self.draft.as_mut().map(|d| Self::backend_of(d, None));
+        let mut draft = self
+            .draft
+            .as_mut()
+            .map(|(m, s)| CpuBackend::new(m, s, None));
         let next = r
             .generation
             .next_with(&mut backend, draft.as_mut(), &self.tokenizer);
@@ -606,11 +578,12 @@ impl Engine {
     /// Forgets the conversation (the KV cache stays allocated).
     pub fn reset(&mut self) -> Result<()> {
         self.idle()?;
-        for body in std::iter::once(&mut self.body).chain(self.draft.as_mut()) {
-            match body {
-                Body::Gpu { session, .. } => session.clear(),
-                Body::Cpu { state, .. } => state.clear(),
-            }
+        match &mut self.body {
+            Body::Gpu { session, .. } => session.clear(),
+            Body::Cpu { state, .. } => state.clear(),
+        }
+        if let Some((_, state)) = &mut self.draft {
+            state.clear();
         }
         Ok(())
     }
@@ -622,8 +595,18 @@ impl Engine {
     pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
         self.can_draft()?;
         same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
-        self.draft = Some(draft.body);
-        Ok(())
+        self.draft = Self::cpu_draft(draft.body);
+        match self.draft {
+            Some(_) => Ok(()),
+            None => Err(Error::invalid("a draft model runs on the CPU backend")),
+        }
+    }
+
+    fn cpu_draft(body: Body) -> Option<(Box<CpuModel>, CpuState)> {
+        match body {
+            Body::Cpu { model, state } => Some((model, state)),
+            Body::Gpu { .. } => None,
+        }
     }
 
     fn can_draft(&mut self) -> Result<()> {

@@ -503,15 +503,15 @@ impl Generation {
 
     /// The next piece of text, or `Done` (again and again once finished).
     pub async fn next<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<Event> {
-        self.next_with(backend, None::<&mut B>, tk).await
+        self.next_with(backend, None, tk).await
     }
 
     /// As `next`, with a draft model proposing the guesses of speculative decoding
     /// (instead of prompt lookup) when one is given.
-    pub async fn next_with<B: Backend, D: Backend>(
+    pub async fn next_with<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut D>,
+        draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<Event> {
         let e = self.next_event(backend, draft, tk).await?;
@@ -521,10 +521,10 @@ impl Generation {
         Ok(e)
     }
 
-    async fn next_event<B: Backend, D: Backend>(
+    async fn next_event<B: Backend>(
         &mut self,
         backend: &mut B,
-        mut draft: Option<&mut D>,
+        mut draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<Event> {
         loop {
@@ -562,7 +562,7 @@ impl Generation {
 
     /// Runs the prompt through the draft model too, as part of the prefill, so its
     /// first guesses do not wait for it (nothing when the reply does not speculate).
-    pub async fn prefill_draft<D: Backend>(&mut self, d: &mut D) -> Result<()> {
+    pub fn prefill_draft(&mut self, d: &mut CpuBackend) -> Result<()> {
         let h = &self.history;
         if self.policy.is_none() || h.len() >= d.context_length() {
             return Ok(());
@@ -571,7 +571,7 @@ impl Generation {
         let keep = common_prefix(d.tokens(), h).min(h.len() - 1);
         d.truncate(keep);
         let have = d.tokens().len().min(keep);
-        d.forward(&h[have..], Want::top(1)).await?;
+        d.greedy(&h[have..])?;
         self.usage.prefill_ms += ms_since(t0);
         self.started = Instant::now();
         Ok(())
@@ -596,10 +596,10 @@ impl Generation {
     }
 
     /// Samples one token (running the previous one first) and queues its text.
-    async fn step<B: Backend, D: Backend>(
+    async fn step<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut D>,
+        draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<()> {
         if self.chained {
@@ -642,10 +642,10 @@ impl Generation {
     /// model's, else prompt lookup's) in one forward, then a pick at every position as
     /// one-token steps make it, the guesses kept while they are the pick; the cache is
     /// cut after the last position used. False (nothing done) without a guess.
-    async fn speculate<B: Backend, D: Backend>(
+    async fn speculate<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut D>,
+        draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
         t: u32,
     ) -> Result<bool> {
@@ -667,7 +667,7 @@ impl Generation {
         let mut catching_up = 0.0;
         let guesses = match draft {
             Some(d) => {
-                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size()).await?;
+                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size())?;
                 if ran > 2 {
                     catching_up = ms_since(started);
                 }
@@ -889,14 +889,14 @@ pub async fn generate_calls<B: Backend>(
     calls: Option<CallReader>,
     on_text: impl FnMut(&str, u32) -> bool,
 ) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
-    generate_drafted(backend, None::<&mut B>, tk, prompt, opts, calls, on_text).await
+    generate_drafted(backend, None, tk, prompt, opts, calls, on_text).await
 }
 
 /// As `generate_calls`, with a draft model (of `backend`'s vocabulary) proposing
 /// speculative decoding's guesses when one is given.
-pub async fn generate_drafted<B: Backend, D: Backend>(
+pub async fn generate_drafted<B: Backend>(
     backend: &mut B,
-    mut draft: Option<&mut D>,
+    mut draft: Option<&mut CpuBackend<'_>>,
     tk: &Tokenizer,
     prompt: &[u32],
     opts: &GenerateOptions,
@@ -905,7 +905,7 @@ pub async fn generate_drafted<B: Backend, D: Backend>(
 ) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
     let mut g = Generation::start(backend, tk, prompt, opts).await?;
     if let Some(d) = draft.as_deref_mut() {
-        g.prefill_draft(d).await?;
+        g.prefill_draft(d)?;
     }
     if let Some(r) = calls {
         g.expect_calls(r);

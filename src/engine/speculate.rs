@@ -22,7 +22,7 @@
 //! target's distribution and the same seed gives the same text with or without
 //! speculation.
 
-use super::{common_prefix, Backend, Logits, Want};
+use super::{common_prefix, Backend, CpuBackend};
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
@@ -75,8 +75,8 @@ impl Lookup {
 /// many tokens it ran to catch up with `history` first. Its KV cache follows the
 /// conversation: what it holds past the common prefix with `history` (guesses that
 /// were not kept) is cut, what it lacks is run.
-pub async fn draft<D: Backend>(
-    d: &mut D,
+pub fn draft(
+    d: &mut CpuBackend,
     history: &[u32],
     limit: usize,
     vocab: usize,
@@ -92,14 +92,7 @@ pub async fn draft<D: Backend>(
     let mut run = history[have..].to_vec();
     let mut guesses = Vec::with_capacity(limit);
     while guesses.len() < limit {
-        let next = match d.forward(&run, Want::top(1)).await? {
-            Logits::Top(c) => c.first().map(|c| c.0),
-            Logits::Full(l) => (0u32..)
-                .zip(l)
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .map(|c| c.0),
-        };
-        match next {
+        match d.greedy(&run)? {
             Some(t) if (t as usize) < vocab => guesses.push(t),
             _ => break,
         }

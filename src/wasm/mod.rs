@@ -378,45 +378,16 @@ impl Engine {
         self.abort(id);
     }
 
-    /// Loads a draft model for speculative decoding (one file's or a split model's
-    /// streams) onto the CPU backend beside the model: it proposes the guesses
-    /// instead of prompt lookup (`Core::set_draft`: `BadOptions` for another
-    /// vocabulary, or on the GPU backend).
-    #[wasm_bindgen(js_name = loadDraft)]
-    pub fn load_draft(
-        &self,
-        streams: js_sys::Array,
-        totals: js_sys::Array,
-        options: JsValue,
-        on_progress: Option<js_sys::Function>,
-    ) -> js_sys::Promise {
-        let slot = self.slot.clone();
-        promise(async move {
-            let opts: LoadOptions = self::options(options)?;
-            let mut lease = Lease::take(&slot)?;
-            let mut src = source::files(streams, totals);
-            let mut progress = |loaded: u64, total: u64| {
-                if let Some(f) = &on_progress {
-                    let _ = f.call2(
-                        &JsValue::NULL,
-                        &(loaded as f64).into(),
-                        &(total as f64).into(),
-                    );
-                }
-            };
-            let live = crate::memory::heap().live_bytes;
-            let so = SessionOptions {
-                max_context: opts.max_context.unwrap_or(2048),
-                kv: opts.kv_cache.unwrap_or_default(),
-                cpu_memory: Some((4u64 << 30).saturating_sub(live + (64 << 20))),
-                ..Default::default()
-            };
-            let core = lease.get()?;
-            core.load_draft(&mut src, so, &mut progress)
-                .await
-                .map_err(js_err)?;
-            Ok(JsValue::UNDEFINED)
-        })
+    /// Makes `draft` (a model loaded on the CPU backend, of this one's vocabulary)
+    /// the draft of speculative decoding: it proposes the guesses instead of prompt
+    /// lookup (`Core::set_draft`: `BadOptions` for another vocabulary, or on the GPU
+    /// backend). `draft` is emptied either way.
+    #[wasm_bindgen(js_name = setDraft)]
+    pub fn set_draft(&self, draft: &Engine) -> JsResult<()> {
+        let d = draft.slot.core.borrow_mut().take();
+        draft.slot.disposed.set(true);
+        let d = d.ok_or_else(|| draft.slot.missing())?;
+        self.slot.with(|c| c.set_draft(d))?.map_err(js_err)
     }
 
     /// Uploads a PEFT LoRA adapter (the bytes of adapter_config.json and
