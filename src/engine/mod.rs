@@ -668,8 +668,10 @@ impl Generation {
         let guesses = match draft {
             Some(d) => {
                 let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size())?;
-                if ran > 2 {
-                    catching_up = ms_since(started);
+                match ran {
+                    0..=2 if !g.is_empty() => policy.drafted(ms_since(started) / g.len() as f64),
+                    0..=2 => {}
+                    _ => catching_up = ms_since(started),
                 }
                 g
             }

@@ -127,6 +127,8 @@ pub struct Policy {
     /// `PROBE`, doubled by each probe that kept nothing (up to `PROBE_MOST`): open
     /// text pays ~1% for its probes, not the ~5% of one every `PROBE` steps.
     probe: usize,
+    /// A draft model's forward in ms (moving average), when a draft guesses.
+    draft_ms: Option<f64>,
 }
 
 /// Fading of the kept/tried counts per check, and of the timings per sample.
@@ -134,6 +136,10 @@ const FADE: f64 = 0.8;
 const SMOOTH: f64 = 0.5;
 const PROBE: usize = 16;
 const PROBE_MOST: usize = 256;
+/// A draft whose forward costs this many one-token forwards of the model or more is
+/// not probed: while guessing does not pay it falls behind, and a probe first runs it
+/// over every token since the last check — about what decoding them cost again.
+const DRAFT_MOST: f64 = 0.5;
 
 impl Policy {
     /// `most` guesses at most; `always`: guess at every step (`Speculation::On`).
@@ -150,6 +156,7 @@ impl Policy {
             extra: vec![0.6; most + 1],
             idle: 0,
             probe: PROBE,
+            draft_ms: None,
         }
     }
 
@@ -179,12 +186,27 @@ impl Policy {
         if self.gain(best) > 1.02 {
             return best;
         }
+        if self
+            .draft_ms
+            .zip(self.step_ms)
+            .is_some_and(|(d, s)| d >= DRAFT_MOST * s)
+        {
+            return 0;
+        }
         self.idle += 1;
         if self.idle >= self.probe {
             1
         } else {
             0
         }
+    }
+
+    /// A draft model's forward took `ms` (an average over a check's guesses).
+    pub fn drafted(&mut self, ms: f64) {
+        self.draft_ms = Some(match self.draft_ms {
+            Some(d) => d + SMOOTH * (ms - d),
+            None => ms,
+        });
     }
 
     /// A one-token forward took `ms`.
@@ -266,6 +288,21 @@ mod tests {
         assert!(Lookup.propose(&[5, 5, 5, 5], 0).is_empty());
         // A repeated token: the 3-gram "5 5 5" occurred at 0, and "5" follows it.
         assert_eq!(Lookup.propose(&[5, 5, 5, 5], 8), vec![5]);
+    }
+
+    #[test]
+    fn a_draft_that_costs_a_forward_is_not_probed() {
+        let probes = |draft_ms| {
+            let mut p = Policy::new(7, false);
+            p.stepped(10.0);
+            p.drafted(draft_ms);
+            for _ in 0..5 {
+                p.checked(3, 0, 60.0);
+            }
+            (0..PROBE + 1).filter(|_| p.guesses() > 0).count()
+        };
+        assert_eq!(probes(8.0), 0, "a draft near the model's cost");
+        assert!(probes(1.0) > 0, "a small draft is probed");
     }
 
     #[test]

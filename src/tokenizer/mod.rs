@@ -58,6 +58,9 @@ pub struct Tokenizer {
     specials: HashMap<char, Vec<(String, u32)>>,
     /// The template's tool-call syntax, probed on first use (`tool_syntax`).
     tool_syntax: std::sync::OnceLock<ToolSyntax>,
+    /// Tokens, added ones included (the `tokenizers` crate counts them by building
+    /// the whole vocabulary's map: too slow for a decode step).
+    vocab: usize,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -118,6 +121,7 @@ impl Tokenizer {
             v.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         }
         Ok(Tokenizer {
+            vocab: special.get_vocab_size(true),
             plain,
             special,
             ids,
@@ -160,7 +164,7 @@ impl Tokenizer {
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.special.get_vocab_size(true)
+        self.vocab
     }
 
     pub fn token_text(&self, id: u32) -> Option<String> {
