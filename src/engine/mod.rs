@@ -661,17 +661,14 @@ impl Generation {
         .saturating_sub(1)
         .min(ctx.saturating_sub(base + 2))
         .min(policy.guesses());
-        let started = Instant::now();
-        // A draft that had to catch up on more than the last check's tokens (after
-        // steps without guesses) ran a prefill: not what a check costs.
-        let mut catching_up = 0.0;
         let guesses = match draft {
             Some(d) => {
+                let started = Instant::now();
                 let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size())?;
-                match ran {
-                    0..=2 if !g.is_empty() => policy.drafted(ms_since(started) / g.len() as f64),
-                    0..=2 => {}
-                    _ => catching_up = ms_since(started),
+                // A draft that caught up on more than the last check's tokens (after
+                // steps without guesses) ran a prefill: not what a guess costs.
+                if ran <= 2 && !g.is_empty() {
+                    policy.drafted(ms_since(started) / g.len() as f64);
                 }
                 g
             }
@@ -682,6 +679,7 @@ impl Generation {
         }
         let mut input = vec![t];
         input.extend_from_slice(&guesses);
+        let started = Instant::now();
         let rows = match backend.verify(&input).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -690,7 +688,7 @@ impl Generation {
                 return Err(e);
             }
         };
-        let ms = ms_since(started) - catching_up;
+        let ms = ms_since(started);
         self.to_run = None;
         let stats = &mut self.usage.speculation;
         stats.forwards += 1;

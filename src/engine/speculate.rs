@@ -165,11 +165,19 @@ impl Policy {
         self.kept / self.tried
     }
 
-    /// Tokens per forward's cost guessing `k`.
+    /// Tokens per forward's cost guessing `k` (each guess a draft forward too).
     fn gain(&self, k: usize) -> f64 {
         let a = self.acceptance();
         let kept: f64 = (1..=k as i32).map(|i| a.powi(i)).sum();
-        (1.0 + kept) / (1.0 + k as f64 * self.extra[k])
+        (1.0 + kept) / (1.0 + k as f64 * (self.extra[k] + self.draft_cost()))
+    }
+
+    /// A draft forward in one-token forwards of the model (0 without a draft).
+    fn draft_cost(&self) -> f64 {
+        match (self.draft_ms, self.step_ms) {
+            (Some(d), Some(s)) if s > 0.0 => d / s,
+            _ => 0.0,
+        }
     }
 
     /// Tokens to guess at this step (0: run one token).
@@ -186,11 +194,7 @@ impl Policy {
         if self.gain(best) > 1.02 {
             return best;
         }
-        if self
-            .draft_ms
-            .zip(self.step_ms)
-            .is_some_and(|(d, s)| d >= DRAFT_MOST * s)
-        {
+        if self.draft_cost() >= DRAFT_MOST {
             return 0;
         }
         self.idle += 1;
@@ -217,8 +221,8 @@ impl Policy {
         });
     }
 
-    /// A check of `proposed` guesses (and the token before them) took `ms` and kept
-    /// `accepted`.
+    /// A check of `proposed` guesses (and the token before them) took `ms` (the
+    /// model's pass: a draft's forwards are `drafted`) and kept `accepted`.
     pub fn checked(&mut self, proposed: usize, accepted: usize, ms: f64) {
         // A probe (guessing did not pay) that kept nothing: wait longer for the next.
         let probed = self.idle >= self.probe;
