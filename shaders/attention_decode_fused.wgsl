@@ -1,5 +1,8 @@
-// One new token's attention, all of it in one dispatch: one workgroup per KV head
-// takes its G query heads and its new key and value from the qkv row, applies the
+// New tokens' attention, all of it in one dispatch: one workgroup per KV head takes,
+// token after token (one for a decode step, a few for a speculative check: each
+// token's result is what a one-token step gives, bit for bit; a workgroup writes and
+// reads only its own head's cache, so a token sees the ones before it), its G query
+// heads and its new key and value from the token's qkv row, applies the
 // QK-norm (when the model has one) and RoPE, writes the key and value into the
 // quantized cache, and attends over every visible position (the last WINDOW for a
 // sliding-window layer) in chunks of 64 with an online softmax — no split, no reduce
@@ -9,7 +12,7 @@
 #include "step.wgsl"
 
 @group(0) @binding(5) var<storage, read> qkv: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<f32>; // [NH * HD]
+@group(0) @binding(6) var<storage, read_write> out: array<f32>; // [token][NH * HD]
 @group(0) @binding(7) var<storage, read> table: array<vec2<f32>>; // (cos, sin) [pos][HALF]
 @group(0) @binding(8) var<storage, read> qk_norm: array<f32>;    // q's HD, then k's HD
 
@@ -87,9 +90,15 @@ fn partner(i: u32) -> u32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let kvh = wid.x;
-    let pos = step.pos0 + step.n_tokens - 1u;
-    let row = (step.n_tokens - 1u) * QKV_STRIDE;
+    for (var t = 0u; t < step.n_tokens; t++) {
+        attend(wid.x, t, lid);
+    }
+}
+
+// Token `t` of the step, KV head `kvh`.
+fn attend(kvh: u32, t: u32, lid: u32) {
+    let pos = step.pos0 + t;
+    let row = t * QKV_STRIDE;
     // The queries and the new key.
     for (var i = lid; i < G * HD; i += 64u) {
         qs[i] = qkv[row + kvh * G * HD + i];
@@ -148,6 +157,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         stats[3u * lid + 1u] = 0.0;
     }
     var o: array<f32, 64>; // [k][g]: this thread's d = k * 64 + lid of each head
+    for (var i = 0u; i < 64u; i++) {
+        o[i] = 0.0;
+    }
     // Declared once and reset by hand: not every compiler re-zeroes a `var` declared
     // in a loop body (Chromium's did not).
     var acc: array<f32, 16>;
@@ -203,9 +215,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var k = 0u; k * 64u + lid < HD; k++) {
         for (var g = 0u; g < G; g++) {
-            out[(kvh * G + g) * HD + k * 64u + lid] = o[k * G + g] / stats[3u * g + 1u];
+            out[t * NH * HD + (kvh * G + g) * HD + k * 64u + lid] = o[k * G + g] / stats[3u * g + 1u];
         }
     }
+    workgroupBarrier();
 }
 
 // A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The

@@ -1,6 +1,9 @@
-// y = W·x for one token (decode): TPR threads share a row and split its blocks, then
-// reduce in workgroup memory. x is staged in workgroup memory once per workgroup and
-// read from there by every row (rows wider than 3072 read it from the buffer).
+// y = W·x for TOKENS tokens (decode; a speculative check's few): TPR threads share a
+// row and split its blocks, then reduce in workgroup memory. Each weight is decoded
+// once for all the tokens, and each token's sum is made in the same order as a
+// one-token dispatch makes it: its result is that dispatch's, bit for bit. One token's
+// x is staged in workgroup memory once per workgroup and read from there by every row
+// (rows wider than 3072, and several tokens, read it from the buffer).
 // Weights are dequantized in registers; f32 accumulation.
 #include "weights.wgsl"
 #include "step.wgsl"
@@ -16,6 +19,11 @@ override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and log
 override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
+override TOKENS: u32 = 1u;  // 1, or MAX_TOKENS: then the step's n_tokens (at most it) run
+override X_STRIDE: u32 = 0u; // floats between tokens' rows of x (several tokens)
+override Y_STRIDE: u32 = 0u; // and of y
+
+const MAX_TOKENS: u32 = 8u;
 
 const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partials
 var<workgroup> partial: array<f32, 256>;
@@ -34,38 +42,53 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
     let lane = lid % TPR;
+    // Tokens this dispatch runs: one (a constant, so the loops fold away), or the step's.
+    let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
     let nb = K / 32u;
-    let staged = K / 4u <= STAGE;
+    let staged = TOKENS == 1u && K / 4u <= STAGE;
     if staged {
         for (var i = lid; i < K / 4u; i += WG) {
             xs[i] = x[i];
         }
         workgroupBarrier();
     }
-    var acc = 0.0;
+    var acc: array<f32, MAX_TOKENS>;
+    for (var t = 0u; t < TOKENS; t++) {
+        acc[t] = 0.0;
+    }
     if row < part.rows {
         for (var b = lane; b < nb; b += TPR) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
-                let xo = b * 8u + p * 2u;
-                acc += dot(w.a, x4(xo, staged)) + dot(w.b, x4(xo + 1u, staged));
+                for (var t = 0u; t < TOKENS; t++) {
+                    if t >= n_run {
+                        break;
+                    }
+                    let xo = t * (X_STRIDE / 4u) + b * 8u + p * 2u;
+                    acc[t] += dot(w.a, x4(xo, staged)) + dot(w.b, x4(xo + 1u, staged));
+                }
             }
         }
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if lane < s {
-            partial[lid] += partial[lid + s];
+    for (var t = 0u; t < TOKENS; t++) {
+        if t >= n_run {
+            break;
         }
+        partial[lid] = acc[t];
         workgroupBarrier();
-    }
-    if lane == 0u && row < part.rows {
-        let o = Y_OFFSET + part.row0 + row;
-        if ACCUMULATE {
-            y[o] += out_value(partial[lid]);
-        } else {
-            y[o] = out_value(partial[lid]);
+        for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+            if lane < s {
+                partial[lid] += partial[lid + s];
+            }
+            workgroupBarrier();
+        }
+        if lane == 0u && row < part.rows {
+            let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
+            if ACCUMULATE {
+                y[o] += out_value(partial[lid]);
+            } else {
+                y[o] = out_value(partial[lid]);
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
-// y = W·x for one token, where the adapter has subgroups of a fixed size: one subgroup
-// per row, its lanes split the row's blocks and subgroupAdd sums them; no workgroup
-// memory and no barriers. Same weight decoding and results as matmul_gemv.wgsl.
+// y = W·x for TOKENS tokens, where the adapter has subgroups of a fixed size: one
+// subgroup per row, its lanes split the row's blocks and subgroupAdd sums them; no
+// workgroup memory and no barriers. Same weight decoding and results as
+// matmul_gemv.wgsl; each token's sum as a one-token dispatch makes it.
 #include "weights.wgsl"
 #include "step.wgsl"
 
@@ -15,6 +16,11 @@ override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and log
 override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
 override WG: u32 = 256u;  // a multiple of SG
+override TOKENS: u32 = 1u;  // 1, or MAX_TOKENS: then the step's n_tokens (at most it) run
+override X_STRIDE: u32 = 0u; // floats between tokens' rows of x (several tokens)
+override Y_STRIDE: u32 = 0u; // and of y
+
+const MAX_TOKENS: u32 = 8u;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -23,24 +29,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
     // Subgroups are consecutive invocations of the workgroup: lid / SG is this one's.
     let row = (wid.x + wid.y * nwg.x) * (WG / SG) + lid / SG;
+    // Tokens this dispatch runs: one (a constant, so the loops fold away), or the step's.
+    let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
     let nb = K / 32u;
-    var acc = 0.0;
+    var acc: array<f32, MAX_TOKENS>;
+    for (var t = 0u; t < TOKENS; t++) {
+        acc[t] = 0.0;
+    }
     if row < part.rows {
         for (var b = lane; b < nb; b += SG) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
-                let xo = b * 8u + p * 2u;
-                acc += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+                for (var t = 0u; t < TOKENS; t++) {
+                    if t >= n_run {
+                        break;
+                    }
+                    let xo = t * (X_STRIDE / 4u) + b * 8u + p * 2u;
+                    acc[t] += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+                }
             }
         }
     }
-    let sum = subgroupAdd(acc);
-    if lane == 0u && row < part.rows {
-        let o = Y_OFFSET + part.row0 + row;
-        if ACCUMULATE {
-            y[o] += out_value(sum);
-        } else {
-            y[o] = out_value(sum);
+    for (var t = 0u; t < TOKENS; t++) {
+        if t >= n_run {
+            break;
+        }
+        let sum = subgroupAdd(acc[t]);
+        if lane == 0u && row < part.rows {
+            let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
+            if ACCUMULATE {
+                y[o] += out_value(sum);
+            } else {
+                y[o] = out_value(sum);
+            }
         }
     }
 }

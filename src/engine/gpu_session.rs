@@ -117,11 +117,13 @@ pub struct GpuSession {
     adapter_id: u64,
     /// The first position the ring caches of sliding-window layers still hold.
     ring_lo: usize,
-    /// Recorded decode steps (one token, candidates out) by adapter id and whether
-    /// attention is split (contexts past `attention::ONE_PASS_MAX`): a step replays
-    /// one and creates nothing.
-    /// Each plan with the number of its dispatches before the pick (top-k, choose).
-    plans: HashMap<(u64, bool), (Plan, usize)>,
+    /// Recorded steps by adapter id and shape: decode steps (one token, candidates
+    /// out) and speculative checks (every position's logits out). A step replays one
+    /// and creates nothing. Each plan with the number of its dispatches before the
+    /// pick (top-k, choose).
+    plans: HashMap<(u64, Shape), (Plan, usize)>,
+    /// Most positions `verify` runs in one pass.
+    verify_rows: usize,
     /// False: encode every decode step from scratch, as before plans (the bench's
     /// "before" figure).
     replay: bool,
@@ -140,7 +142,7 @@ impl GpuSession {
         let c = &m.config;
         let g = &m.gpu;
         let opts = footprint::fit(c, opts, g.max_binding());
-        let z = Sizes::of(c, &opts);
+        let z = Sizes::of(c, &opts, g.max_binding());
         let factors = m.rope_factors.as_deref();
         // One table per kind of layer there is (global, sliding-window).
         let table = |l: usize| {
@@ -195,6 +197,7 @@ impl GpuSession {
             adapter_id: 0,
             ring_lo: 0,
             plans: HashMap::new(),
+            verify_rows: z.verify_rows,
             replay: true,
             fused: true,
             inflight: Default::default(),
@@ -237,7 +240,7 @@ impl GpuSession {
                     1,
                     1.0,
                 )?;
-                self.encode_head(m, pass, 1)?;
+                self.encode_head(m, pass, 1, false)?;
                 self.encode_pick(m, pass)
             })?
             .len();
@@ -251,7 +254,7 @@ impl GpuSession {
         let n = self.opts.chunk;
         m.kernels.record(|pass| {
             self.encode_layers(m, None, pass, n, 0)?;
-            self.encode_head(m, pass, n)
+            self.encode_head(m, pass, n, false)
         })?;
         self.decode_plan(m, None, 0)?;
         if self.opts.max_context > attention::ONE_PASS_MAX {
@@ -270,14 +273,15 @@ impl GpuSession {
         pos: usize,
     ) -> Result<(&Plan, usize)> {
         let split = !attention::one_pass(pos + 1);
-        let id = (adapter.map_or(0, |a| a.id), split);
+        let shape = if split { Shape::SplitStep } else { Shape::Step };
+        let id = (adapter.map_or(0, |a| a.id), shape);
         if !self.plans.contains_key(&id) {
             self.plans.retain(|k, _| k.0 == 0);
             // Any position of the same kind records the same dispatches.
             let at = if split { attention::ONE_PASS_MAX } else { 0 };
             let mut plan = m.kernels.record(|pass| {
                 self.encode_layers(m, adapter, pass, 1, at)?;
-                self.encode_head(m, pass, 1)
+                self.encode_head(m, pass, 1, false)
             })?;
             let body = plan.len();
             plan.extend(m.kernels.record(|pass| self.encode_pick(m, pass))?);
@@ -301,7 +305,7 @@ impl GpuSession {
     /// Dispatches of the short-context plan recorded for adapter `id` (0: none), if
     /// there is one.
     pub fn recorded_dispatches(&self, id: u64) -> Option<usize> {
-        self.plans.get(&(id, false)).map(|(p, _)| p.len())
+        self.plans.get(&(id, Shape::Step)).map(|(p, _)| p.len())
     }
 
     /// Tokens in the KV cache.
@@ -487,6 +491,64 @@ impl GpuSession {
         Ok(out)
     }
 
+    /// Most positions `verify` runs in one pass at the current position (0 where the
+    /// context is past one-pass attention: one-token steps check there).
+    pub fn verifies(&self) -> usize {
+        match self.fused && attention::one_pass(self.tokens.len() + self.verify_rows) {
+            true => self.verify_rows,
+            false => 0,
+        }
+    }
+
+    /// Runs `tokens` after the cache in one pass (a speculative check) and returns
+    /// every position's logits, each bit for bit a one-token step's: the same kernels
+    /// with each weight decoded once for all the positions (`decodes`).
+    async fn verify(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        tokens: &[u32],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.abandon();
+        self.check(m, tokens)?;
+        let n = tokens.len();
+        if n > self.verifies() {
+            return Err(Error::invalid(format!(
+                "{n} positions to verify; at most {} here in one pass",
+                self.verifies()
+            )));
+        }
+        let g = &m.gpu;
+        let at = self.upload_step(g, tokens, None, false);
+        let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
+        if !self.plans.contains_key(&id) {
+            self.plans.retain(|k, _| k.0 == 0);
+            let plan = m.kernels.record(|pass| {
+                self.encode_layers(m, adapter, pass, n, 0)?;
+                self.encode_head(m, pass, n, true)
+            })?;
+            let len = plan.len();
+            self.plans.insert(id, (plan, len));
+        }
+        let (plan, len) = self
+            .plans
+            .get(&id)
+            .ok_or_else(|| Error::gpu("the check's plan was not recorded"))?;
+        let mut enc = g.device.create_command_encoder(&Default::default());
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        plan.replay_range(&mut pass, 1, 0..*len);
+        drop(pass);
+        let row = m.config.vocab_size;
+        let bytes = (n * row * 4) as u64;
+        let out = g
+            .submit_and_read_into(enc, &self.b.logits, 0, &self.b.read_logits, bytes)
+            .await?;
+        self.tokens.extend_from_slice(tokens);
+        self.wrote(at.1 + n);
+        let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&out);
+        Ok(logits.chunks_exact(row).map(<[f32]>::to_vec).collect())
+    }
+
     /// Writes a chunk's token ids and its step (length, first position, what the head
     /// keeps, how the next token is picked) for the kernels; returns (length, first
     /// position). No ids (a chained step): its one input is the token the step before
@@ -565,7 +627,7 @@ impl GpuSession {
         if part != Part::Pick {
             self.encode_layers(m, adapter, &mut pass, n, pos0)?;
             if want.is_some() {
-                self.encode_head(m, &mut pass, n)?;
+                self.encode_head(m, &mut pass, n, false)?;
             }
         }
         if part != Part::Body && picks {
@@ -629,6 +691,17 @@ impl GpuSession {
             None => Logits::Full(bytemuck::pod_collect_to_vec(&out)),
         }))
     }
+}
+
+/// What a recorded plan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Shape {
+    /// A decode step with one-pass attention.
+    Step,
+    /// A decode step with attention split over the context (`attention::ONE_PASS_MAX`).
+    SplitStep,
+    /// A speculative check of this many positions (one-pass attention).
+    Check(usize),
 }
 
 /// Which dispatches of a step `encode_chunk` records.
@@ -706,6 +779,30 @@ impl Backend for GpuBackend<'_> {
     }
     fn chains(&self) -> bool {
         true
+    }
+    fn verifies(&self) -> usize {
+        match self.model.config.has_conv() {
+            // A convolution's state ring cannot be cut back past rejected guesses.
+            true => 0,
+            false => self.session.verify_rows,
+        }
+    }
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        if tokens.len() <= self.session.verifies() {
+            return self.session.verify(self.model, self.adapter, tokens).await;
+        }
+        // Past one-pass attention: one-token steps (the same logits, no saving).
+        let mut rows = Vec::with_capacity(tokens.len());
+        for t in tokens {
+            match self
+                .forward(std::slice::from_ref(t), Want::logits())
+                .await?
+            {
+                Logits::Full(l) => rows.push(l),
+                Logits::Top(_) => return Err(Error::gpu("full logits were asked")),
+            }
+        }
+        Ok(rows)
     }
     fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
         self.session.submit(self.model, self.adapter, tokens, &want)

@@ -369,7 +369,7 @@ impl Generation {
         let chained = backend.chains() && guide.is_none();
         let policy = match (backend.verifies(), opts.speculation) {
             (_, Speculation::Off) => None,
-            (n, s) if n > 1 && !chained => Some(Policy::new(n - 1, s == Speculation::On)),
+            (n, s) if n > 1 => Some(Policy::new(n - 1, s == Speculation::On)),
             _ => None,
         };
         let mut g = Generation {
@@ -602,7 +602,8 @@ impl Generation {
         draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<()> {
-        if self.chained {
+        // A pipelined reply leaves its chain for speculative checks (`to_run` set).
+        if self.chained && self.to_run.is_none() {
             let r = self.step_chained(backend, tk).await;
             if r.is_err() {
                 self.unchain(backend);
@@ -614,6 +615,10 @@ impl Generation {
         if let Some(t) = self.to_run {
             if self.speculate(backend, draft, tk, t).await? {
                 return Ok(());
+            }
+            if self.chained {
+                // Nothing to guess: the token runs on the chain again.
+                return self.rejoin(backend, t);
             }
             let started = Instant::now();
             self.logits = Some(self.run(backend, &[t]).await?);
@@ -742,9 +747,35 @@ impl Generation {
         Ok(self.choose(Logits::Full(logits)))
     }
 
+    /// Back on the chain after speculative checks: `t` (handled, not run) runs in a
+    /// pipelined step that picks the next token on the device.
+    fn rejoin<B: Backend>(&mut self, backend: &mut B, t: u32) -> Result<()> {
+        let n = self.opts.sampler.repeat_last_n;
+        let recent = &self.history[self.history.len().saturating_sub(n)..];
+        let ids = self.sampler.penalized_ids(recent);
+        let pick = self.next_pick(false);
+        if let Err(e) = backend.submit(&[t], self.want(&ids, pick)) {
+            backend.cancel();
+            return Err(e);
+        }
+        self.to_run = None;
+        self.outstanding = true;
+        self.usage.speculation.forwards += 1;
+        Ok(())
+    }
+
+    /// Whether a pipelined reply should leave its chain for a speculative check: the
+    /// policy guesses now and the conversation's end occurred before (a match that
+    /// the token being read will likely continue).
+    fn wants_check(&mut self) -> bool {
+        self.policy.as_mut().is_some_and(|p| p.guesses() > 0)
+            && !Lookup.propose(&self.history, 1).is_empty()
+    }
+
     /// A pipelined step: submits the step that runs the next token (picked on the
     /// device) before reading it, when another token may follow; a token that ends
-    /// the reply drops that step and what it ran.
+    /// the reply drops that step and what it ran. With speculation, the chain is left
+    /// (the token read is not run yet: `to_run`) when a check looks worth it.
     async fn step_chained<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
         let (max, ctx) = (self.opts.max_tokens, backend.context_length());
         if self.usage.generated_tokens >= max {
@@ -755,6 +786,8 @@ impl Generation {
         let cached = backend.tokens().len();
         let ahead = self.usage.generated_tokens + 1 < max && cached + 1 < ctx;
         let n = self.opts.sampler.repeat_last_n;
+        let started = Instant::now();
+        let mut leave = false;
         let token = if let Some(t) = self.ready {
             if ahead {
                 // Its input is known: the penalty window is listed whole.
@@ -772,7 +805,8 @@ impl Generation {
             if !self.outstanding {
                 return self.finish(tk, FinishReason::Length);
             }
-            if ahead {
+            leave = ahead && self.wants_check();
+            if ahead && !leave {
                 // Its input is the pick not read yet: the device penalizes it, the
                 // rest of the window is listed.
                 let keep = n.saturating_sub(1);
@@ -787,12 +821,18 @@ impl Generation {
                 self.usage.speculation.forwards += 1;
             }
             let t = backend.chosen().await?;
-            self.outstanding = ahead;
+            self.outstanding = ahead && !leave;
+            if let (true, Some(p)) = (self.outstanding, &mut self.policy) {
+                // A pipelined step's time: what checks are weighed against.
+                p.stepped(ms_since(started));
+            }
             t
         };
         if !self.handle(tk, token, cached, ctx)? {
             backend.cancel();
             self.outstanding = false;
+        } else if leave {
+            self.to_run = Some(token);
         }
         Ok(())
     }

@@ -356,15 +356,42 @@ pub struct Io<'a> {
     pub cap: f32,
 }
 
-/// One token: y = W·x (token 0 of x). The subgroup kernel when the tuning says so,
-/// else the workgroup-memory reduction.
+/// Most tokens one GEMV dispatch takes (`TOKENS` in the GEMV kernels): a speculative
+/// check's positions, each computed as a one-token step computes it.
+pub const GEMV_TOKENS: usize = 8;
+
+/// The GEMV kernels' token constants: one token, or up to `GEMV_TOKENS` — then the
+/// step's `n_tokens` run, which must be `n_tokens` (one pipeline serves every count).
+fn token_constants(io: &Io, n_tokens: usize) -> Result<[(&'static str, f64); 3]> {
+    if n_tokens == 0 || n_tokens > GEMV_TOKENS {
+        return Err(Error::gpu(format!(
+            "a GEMV of {n_tokens} tokens (1 to {GEMV_TOKENS})"
+        )));
+    }
+    // One token reads no stride: the same pipeline serves every caller.
+    let (tokens, x, y) = match n_tokens {
+        1 => (1, 0, 0),
+        _ => (GEMV_TOKENS, io.x_stride, io.y_stride),
+    };
+    Ok([
+        ("TOKENS", tokens as f64),
+        ("X_STRIDE", x as f64),
+        ("Y_STRIDE", y as f64),
+    ])
+}
+
+/// Up to `GEMV_TOKENS` tokens: y = W·x, each weight decoded once for all of them and
+/// each token's result the one-token dispatch's, bit for bit. The subgroup kernel
+/// when the tuning says so, else the workgroup-memory reduction.
 pub fn gemv(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
+    n_tokens: usize,
 ) -> Result<()> {
+    let tokens = token_constants(io, n_tokens)?;
     // Threads per row: a subgroup, or the tuning's count but no more than the blocks.
     let (shader, name, per_row) = match k.tuning.subgroup_size {
         0 => {
@@ -385,6 +412,9 @@ pub fn gemv(
                 ("SCALE", io.scale as f64),
                 ("CAP", io.cap as f64),
                 (name, per_row as f64),
+                tokens[0],
+                tokens[1],
+                tokens[2],
             ],
         )?;
         let groups = (p.rows as u32).div_ceil(256 / per_row);
@@ -412,9 +442,10 @@ pub struct NormIn<'a> {
     pub write_normed: bool,
 }
 
-/// One token: y (+)= W · rmsnorm(x) (token 0 of x), or act(gate)·up of a [gate; up]
-/// matrix: a norm and its matmul (and the gated activation) in one dispatch. The
-/// matrix must be in one part when `glu` (both halves of a row pair are read).
+/// Up to `GEMV_TOKENS` tokens: y (+)= W · rmsnorm(x), or act(gate)·up of a
+/// [gate; up] matrix: a norm and its matmul (and the gated activation) in one
+/// dispatch (`normed` rows at x's stride). The matrix must be in one part when `glu`
+/// (both halves of a row pair are read).
 pub fn norm_gemv(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
@@ -422,8 +453,10 @@ pub fn norm_gemv(
     m: &GpuMatrix,
     io: &Io,
     norm: &NormIn,
+    n_tokens: usize,
 ) -> Result<()> {
     use crate::model::Activation;
+    let tokens = token_constants(io, n_tokens)?;
     let glu = match norm.glu {
         None => 0.0,
         Some(Activation::Silu) => 1.0,
@@ -456,6 +489,9 @@ pub fn norm_gemv(
                 ("EPS", norm.eps as f64),
                 ("GLU", glu),
                 ("WRITE_NORMED", norm.write_normed as u32 as f64),
+                tokens[0],
+                tokens[1],
+                tokens[2],
             ],
         )?;
         let groups = (rows as u32).div_ceil(256 / tpr);
@@ -567,7 +603,8 @@ pub fn gemm(
     Ok(())
 }
 
-/// Picks GEMV for one token, a GEMM (of the tuning's kind) for more.
+/// Picks GEMV for up to `GEMV_TOKENS` tokens (a decode step, a speculative check), a
+/// GEMM (of the tuning's kind) for more.
 pub fn matmul(
     k: &Kernels,
     pass: &mut wgpu::ComputePass,
@@ -576,8 +613,8 @@ pub fn matmul(
     io: &Io,
     n_tokens: usize,
 ) -> Result<()> {
-    if n_tokens == 1 {
-        gemv(k, pass, step, m, io)
+    if n_tokens <= GEMV_TOKENS {
+        gemv(k, pass, step, m, io, n_tokens)
     } else if k.tuning.rowwise_gemm {
         gemm_rowwise(k, pass, step, m, io, n_tokens)
     } else {

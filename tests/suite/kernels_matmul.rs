@@ -191,6 +191,136 @@ fn gemv_with_wide_rows_per_thread_group() {
     }
 }
 
+/// What a GEMV test runs: plain, or with the norm folded in (and the GLU epilogue).
+#[derive(Clone, Copy, Debug)]
+enum Gemv {
+    Plain,
+    Normed(Option<Activation>),
+}
+
+/// `n` tokens in one GEMV dispatch (rows of x and y at strides wider than the matrix,
+/// y at an offset) against `n` one-token dispatches: the same bits, token by token.
+#[allow(clippy::too_many_arguments)]
+fn check_tokens_bitwise(
+    (c, kernels): (&Ctx, &Kernels),
+    ty: Kind,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    kind: Gemv,
+    accumulate: bool,
+) {
+    let cols = block_cols(ty, cols);
+    let glu = matches!(kind, Gemv::Normed(Some(_)));
+    let w_rows = if glu { 2 * rows } else { rows };
+    let w = values(w_rows * cols, (rows * 7 + cols) as u64);
+    let m = GpuMatrix::from_packed(&c.gpu, "w", packed_as(ty, &w, w_rows, cols).0, w_rows, cols)
+        .unwrap();
+    let (xs, ys, off) = (cols + 32, rows + 3, 2);
+    let x: Vec<f32> = values(n * xs, 11).iter().map(|v| v * 30.0).collect();
+    let y0 = values(n * ys, 12);
+    let g: Vec<f32> = values(cols, 13).iter().map(|v| 1.0 + v * 0.5).collect();
+    let gb = c.buf(&g);
+    // One dispatch over `tokens` rows of x (at stride xs) into y (at stride ys).
+    let run = |xv: &[f32], yv: &[f32], tokens: usize| {
+        let (xb, yb, nb) = (c.buf(xv), c.buf(yv), c.zeros(tokens * xs));
+        let step = c.step(tokens, 0);
+        c.run(|pass| {
+            let io = Io {
+                x: &xb,
+                x_stride: xs,
+                y: &yb,
+                y_stride: ys,
+                y_offset: off,
+                accumulate,
+                scale: epilogue(accumulate).0,
+                cap: epilogue(accumulate).1,
+            };
+            match kind {
+                Gemv::Plain => matmul::gemv(kernels, pass, &step, &m, &io, tokens).unwrap(),
+                Gemv::Normed(glu) => {
+                    let norm = NormIn {
+                        weights: &gb,
+                        eps: 1e-6,
+                        glu,
+                        normed: &nb,
+                        write_normed: true,
+                    };
+                    matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, tokens).unwrap()
+                }
+            }
+        });
+        let normed = match kind {
+            Gemv::Plain => vec![],
+            Gemv::Normed(_) => c.read(&nb, tokens * xs),
+        };
+        (c.read(&yb, tokens * ys), normed)
+    };
+    let (many, many_normed) = run(&x, &y0, n);
+    for t in 0..n {
+        let (one, one_normed) = run(&x[t * xs..(t + 1) * xs], &y0[t * ys..(t + 1) * ys], 1);
+        let what = format!("{ty:?} {rows}x{cols} {kind:?} token {t} of {n} acc {accumulate}");
+        assert!(one == many[t * ys..(t + 1) * ys], "{what}: y differs");
+        if let Gemv::Normed(_) = kind {
+            let got = &many_normed[t * xs..t * xs + cols];
+            assert!(got == &one_normed[..cols], "{what}: rmsnorm(x) differs");
+        }
+    }
+}
+
+/// A speculative check's GEMVs: several tokens in one dispatch, each weight decoded
+/// once, each token's result a one-token dispatch's bit for bit — every kernel and
+/// tuning (the subgroup GEMV where the adapter has fixed-size subgroups), rows wider
+/// than the stage, the GLU epilogue, the residual add.
+#[test]
+fn several_tokens_in_one_gemv_are_one_token_dispatches_bit_for_bit() {
+    let c = ctx();
+    let tuning = |gemv_tpr| Tuning {
+        gemv_tpr,
+        subgroup_size: 0,
+        rowwise_gemm: false,
+    };
+    let mut kernels = vec![
+        (c, Kernels::with_tuning(&c.gpu, tuning(4))),
+        (c, Kernels::with_tuning(&c.gpu, tuning(16))),
+    ];
+    let all = ctx_all();
+    let sg = all.gpu.adapter.subgroup_size;
+    if sg > 0 {
+        let subgroups = Tuning {
+            subgroup_size: sg,
+            ..tuning(4)
+        };
+        kernels.push((all, Kernels::with_tuning(&all.gpu, subgroups)));
+    }
+    let kinds = [
+        Gemv::Plain,
+        Gemv::Normed(None),
+        Gemv::Normed(Some(Activation::Silu)),
+    ];
+    for (i, (c, k)) in kernels.iter().enumerate() {
+        for ty in [
+            Ggml(GgmlType::Q4_1),
+            Ggml(GgmlType::Q4K),
+            Ggml(GgmlType::Q6K),
+            Ggml(GgmlType::F16),
+            Palette(4, 16),
+        ] {
+            for (j, (rows, cols, n)) in [(37, 96, 2), (129, 576, 8), (5, 3104, 5)]
+                .into_iter()
+                .enumerate()
+            {
+                let kind = kinds[(i + j) % kinds.len()];
+                check_tokens_bitwise((c, k), ty, rows, cols, n, kind, (i + j) % 2 == 1);
+            }
+        }
+    }
+    // And against the CPU reference, through `matmul` (which picks the GEMV).
+    for ty in TYPES {
+        check(ty, 41, 160, 7, None, true);
+    }
+}
+
 /// Both GEMM kinds: tiles (GPUs) and one thread per row (software adapters).
 #[test]
 fn gemm_tiled_and_rowwise() {
@@ -459,7 +589,7 @@ fn check_norm_gemv(
             normed: &nb,
             write_normed: true,
         };
-        matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm).unwrap();
+        matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, 1).unwrap();
     });
     let xn = reference::rmsnorm(&x, &g, eps);
     let dn = max_diff(&c.read(&nb, cols), &xn);

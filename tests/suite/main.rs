@@ -28,6 +28,7 @@ mod real_models_cpu;
 mod real_models_gpu;
 mod reference_model;
 mod speculation;
+mod speculation_gpu;
 mod split_files;
 mod tokenizer;
 mod tools;

@@ -127,7 +127,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                         normed: &normed,
                         write_normed: false,
                     };
-                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n)
+                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n, 1)
                 }
                 None => matmul::matmul(&m.kernels, pass, &step, w, &io, tokens),
             })?;

@@ -10,6 +10,7 @@ use super::SessionOptions;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::kernels::attention::{self, CacheSize};
+use crate::kernels::matmul::GEMV_TOKENS;
 use crate::kernels::sample::{self, TopK};
 use crate::kernels::Step;
 use crate::model::Config;
@@ -55,6 +56,8 @@ pub(super) struct Sizes {
     pub read_top: u64,
     pub read_logits: u64,
     pub read_choice: u64,
+    /// Positions a speculative check runs in one pass (rows of `logits`).
+    pub verify_rows: usize,
 }
 
 /// Token ids a repetition penalty can name in one step.
@@ -68,9 +71,17 @@ fn rounded(bytes: u64) -> u64 {
 }
 
 impl Sizes {
-    /// The buffers of a session of `opts` (already `fit`) on a model of shape `c`.
-    pub fn of(c: &Config, opts: &SessionOptions) -> Sizes {
+    /// The buffers of a session of `opts` (already `fit`) on a model of shape `c`, on
+    /// a device whose bindings hold `max_binding` bytes: a speculative check takes as
+    /// many positions as the GEMV kernels do, within a chunk and one binding of logits.
+    pub fn of(c: &Config, opts: &SessionOptions, max_binding: u64) -> Sizes {
         let (n, f4) = (opts.chunk as u64, 4u64);
+        let row = (c.vocab_size as u64 * f4).max(1);
+        let verify_rows = opts
+            .chunk
+            .min(GEMV_TOKENS)
+            .min((max_binding / row).max(1) as usize);
+        let rows = verify_rows as u64;
         let splits = opts.max_context.div_ceil(attention::CHUNK as usize) as u64;
         let b = |x: u64| rounded(x.saturating_mul(f4));
         Sizes {
@@ -84,14 +95,15 @@ impl Sizes {
             act: b(n * c.ffn_dim as u64),
             part: b(c.n_heads as u64 * splits * (c.head_dim as u64 + 2)),
             last: b(c.hidden as u64),
-            logits: b(c.vocab_size as u64),
+            logits: b(rows * c.vocab_size as u64),
             penalty_ids: b(MAX_PENALTY_IDS as u64 + 1),
             // (cos, sin) for each of rope_dim / 2 frequencies, at every position.
             rope: b(opts.max_context as u64 * c.rope_dim as u64),
             lora_t: b(n * MAX_LORA_RANK),
             read_top: rounded(sample::MAX_K as u64 * 8),
-            read_logits: b(c.vocab_size as u64),
+            read_logits: b(rows * c.vocab_size as u64),
             read_choice: 4,
+            verify_rows,
         }
     }
 
@@ -183,7 +195,7 @@ impl GpuFootprint {
         Ok(GpuFootprint {
             weights,
             kv,
-            scratch: Sizes::of(c, &opts).total(tables) + TopK::bytes_for(c.vocab_size),
+            scratch: Sizes::of(c, &opts, max_binding).total(tables) + TopK::bytes_for(c.vocab_size),
         })
     }
 
@@ -206,7 +218,7 @@ fn first_over(
     opts: &SessionOptions,
     max_binding: u64,
 ) -> Result<Option<(String, u64)>> {
-    let sizes = Sizes::of(c, opts);
+    let sizes = Sizes::of(c, opts, max_binding);
     let mut bound: Vec<(String, u64)> = sizes
         .bound()
         .iter()

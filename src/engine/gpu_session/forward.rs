@@ -16,6 +16,14 @@ use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
 
 impl GpuSession {
+    /// Whether `n` tokens run as a decode step runs one (a speculative check's few
+    /// too): the norms folded into GEMVs that decode each weight once for all of them,
+    /// the GLU in the gate|up epilogue, one-pass attention token after token — each
+    /// token's values those of a one-token step, bit for bit.
+    fn decodes(&self, n: usize) -> bool {
+        self.fused && n <= matmul::GEMV_TOKENS
+    }
+
     /// y (+)= W·x, then the LoRA update y += B·(A·x) when there is one.
     fn project(
         &self,
@@ -64,8 +72,8 @@ impl GpuSession {
     }
 
     /// y = W·rmsnorm(x) for stacked matrices (outputs side by side in rows of
-    /// `y_stride`), with act(gate)·up when `glu` (a stacked [gate; up]). A fused decode
-    /// step folds the norm into each GEMV and writes rmsnorm(x) to `h` only when
+    /// `y_stride`), with act(gate)·up when `glu` (a stacked [gate; up]). A decode step
+    /// (`decodes`) folds the norm into each GEMV and writes rmsnorm(x) to `h` only when
     /// `keep_normed` (what a LoRA update reads); otherwise x is normalized into `h`,
     /// then each matrix runs over it.
     #[allow(clippy::too_many_arguments)]
@@ -82,7 +90,7 @@ impl GpuSession {
         n: usize,
     ) -> Result<()> {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
-        let folded = n == 1 && self.fused;
+        let folded = self.decodes(n);
         let io = |y_offset| Io {
             x: if folded { &b.x } else { &b.h },
             x_stride: c.hidden,
@@ -102,13 +110,13 @@ impl GpuSession {
                     normed: &b.h,
                     write_normed: keep_normed && i == 0,
                 };
-                matmul::norm_gemv(k, pass, &b.step, mat, &io(off), &norm)?;
+                matmul::norm_gemv(k, pass, &b.step, mat, &io(off), &norm, n)?;
             }
             return Ok(());
         }
         if glu.is_some() {
             return Err(Error::invalid(
-                "a gated matmul runs fused, one token at a time",
+                "a gated matmul runs fused, as decode steps do",
             ));
         }
         let out = NormOut::default();
@@ -236,7 +244,7 @@ impl GpuSession {
         let block = c.block(l);
         let table = &b.rope[(block.rope == Some(Rope::Local)) as usize];
         let (rotate, cache, qk_norm) = (block.rope.is_some(), &self.cache[l], w.qk_norm.as_ref());
-        if n == 1 && self.fused && attention::one_pass(pos0 + 1) {
+        if self.decodes(n) && attention::one_pass(pos0 + n) {
             let (qkv, att) = (&b.qkv, &b.att);
             attention::decode_fused(
                 k, pass, step, c, kv, qkv, cache, table, rotate, qk_norm, att,
@@ -333,7 +341,7 @@ impl GpuSession {
             .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
             .collect();
         let one = matches!(w.gate_up, Stacked::One(_));
-        if n == 1 && self.fused && one && loras.is_empty() {
+        if self.decodes(n) && one && loras.is_empty() {
             let act = Some(block.activation);
             self.normed_matmul(m, pass, &w.gate_up, &w.ffn_norm, act, false, &b.act, f, n)?;
         } else {
@@ -380,14 +388,16 @@ impl GpuSession {
         self.finish_residual(m, pass, post, n)
     }
 
-    /// The last token's logits, after the repetition penalty (`step.penalty` on the
-    /// ids in `penalty_ids`; none listed: unchanged). A fused decode step folds the
-    /// final norm into the head's GEMV.
+    /// The last token's logits — or with `all` every token's, row after row (a
+    /// speculative check) — after the repetition penalty (`step.penalty` on the ids in
+    /// `penalty_ids`; none listed: unchanged). A decode step folds the final norm into
+    /// the head's GEMV.
     pub(super) fn encode_head(
         &self,
         m: &GpuModel,
         pass: &mut wgpu::ComputePass,
         n: usize,
+        all: bool,
     ) -> Result<()> {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
         let io = |x| Io {
@@ -400,7 +410,7 @@ impl GpuSession {
             scale: c.logit_scale,
             cap: c.final_softcap,
         };
-        if n == 1 && self.fused {
+        if self.decodes(n) && (n == 1 || all) {
             let norm = NormIn {
                 weights: &m.output_norm,
                 eps: c.rms_eps,
@@ -408,7 +418,9 @@ impl GpuSession {
                 normed: &b.last,
                 write_normed: false,
             };
-            matmul::norm_gemv(k, pass, &b.step, m.head(), &io(&b.x), &norm)?;
+            matmul::norm_gemv(k, pass, &b.step, m.head(), &io(&b.x), &norm, n)?;
+        } else if all && n > 1 {
+            return Err(Error::gpu("every position's logits are a decode step's"));
         } else {
             let out = NormOut {
                 last_only: true,
@@ -416,7 +428,7 @@ impl GpuSession {
             };
             let (w, h, eps) = (&m.output_norm, c.hidden, c.rms_eps);
             elementwise::rmsnorm(k, pass, &b.step, w, &b.x, &b.last, h, eps, n, out)?;
-            matmul::gemv(k, pass, &b.step, m.head(), &io(&b.last))?;
+            matmul::gemv(k, pass, &b.step, m.head(), &io(&b.last), 1)?;
         }
         sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits, &b.tokens)
     }

@@ -1,0 +1,158 @@
+//! Speculative decoding on the GPU: a check of several positions in one pass (GEMVs
+//! that decode each weight once for all of them, one-pass attention token after
+//! token) gives one-token steps' logits bit for bit — on K-quants, Gemma 3's layers,
+//! an adapter, both KV formats, and after guesses are cut back; and pipelined replies
+//! that leave their chain for checks write plain decoding's text in fewer forwards.
+
+use crate::common;
+
+use pippin::engine::{
+    self, Backend, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession, Logits,
+    SessionOptions, Speculation, Usage, Want,
+};
+use pippin::gpu::{Caps, Gpu};
+use pippin::quant::kv::KvFormat;
+use pippin::sampler::SamplerOptions;
+use pippin::tokenizer::{Message, Tokenizer};
+use std::path::Path;
+use std::sync::OnceLock;
+
+fn load(path: &Path) -> (GpuModel, Tokenizer) {
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
+    let (m, g) =
+        pollster::block_on(GpuModel::load_file(gpu, path, &mut |_, _| {})).expect("model uploads");
+    (m, Tokenizer::from_gguf(&g.metadata).unwrap())
+}
+
+fn default_model() -> &'static (GpuModel, Tokenizer) {
+    static M: OnceLock<(GpuModel, Tokenizer)> = OnceLock::new();
+    M.get_or_init(|| load(&common::model_path()))
+}
+
+fn session(m: &GpuModel, kv: KvFormat) -> GpuSession {
+    let opts = SessionOptions {
+        max_context: 512,
+        kv,
+        chunk: 64,
+        cpu_memory: None,
+    };
+    GpuSession::new(m, opts).unwrap()
+}
+
+fn full(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
+    match pollster::block_on(b.forward(tokens, Want::logits())).unwrap() {
+        Logits::Full(l) => l,
+        Logits::Top(_) => panic!("full logits were asked"),
+    }
+}
+
+/// A check of `more` and one-token steps agree bit for bit, and again after the
+/// cache is cut back into the checked positions (guesses that were not kept).
+fn check_against_steps(what: &str, m: &GpuModel, adapter: Option<&GpuAdapter>, kv: KvFormat) {
+    let prompt = [504u32, 3575, 282, 4649, 314];
+    let more = [260u32, 3575, 282, 4649, 314, 2114, 30, 28];
+    let (mut s1, mut s2) = (session(m, kv), session(m, kv));
+    let mut one = GpuBackend::with_adapter(m, &mut s1, adapter);
+    let mut many = GpuBackend::with_adapter(m, &mut s2, adapter);
+    assert_eq!(many.verifies(), more.len(), "{what}");
+    full(&mut one, &prompt);
+    full(&mut many, &prompt);
+    let check = |many: &mut GpuBackend, one: &mut GpuBackend, tokens: &[u32]| {
+        let rows = pollster::block_on(many.verify(tokens)).unwrap();
+        assert_eq!(rows.len(), tokens.len());
+        for (i, row) in rows.iter().enumerate() {
+            let want = full(one, &tokens[i..i + 1]);
+            let differ = row.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert!(
+                differ == 0,
+                "{what} {kv:?}: position {i} of {}: {differ} logits differ from a one-token step",
+                tokens.len()
+            );
+        }
+        assert_eq!(many.tokens(), one.tokens(), "{what}");
+    };
+    check(&mut many, &mut one, &more);
+    // Three guesses kept: the cache is cut after them, and the next check goes on.
+    let keep = prompt.len() + 4;
+    many.truncate(keep);
+    one.truncate(keep);
+    check(&mut many, &mut one, &[30, 28, 260]);
+}
+
+#[test]
+fn a_gpu_check_is_one_token_steps_bit_for_bit() {
+    let (m, _) = default_model();
+    for kv in [KvFormat::Int8, KvFormat::F32] {
+        check_against_steps("default model", m, None, kv);
+    }
+    let (config, weights) = common::rank8_adapter();
+    let a = pippin::adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
+    let ga = GpuAdapter::upload(&m.gpu, &a).unwrap();
+    check_against_steps(
+        "default model + rank-8 adapter",
+        m,
+        Some(&ga),
+        KvFormat::Int8,
+    );
+    let kq = common::models_file("fixtures/SmolLM2-135M-Instruct.Q4_K_M.gguf");
+    check_against_steps("Q4_K_M", &load(&kq).0, None, KvFormat::Int8);
+    // QK-norm, sliding-window rings, post-norms, GeGLU, a 262K-token head.
+    check_against_steps(
+        "Gemma 3",
+        &load(&common::gemma_path()).0,
+        None,
+        KvFormat::Int8,
+    );
+}
+
+/// A reply on the GPU with speculation on (at every match), auto and off.
+fn each(prompt: &[u32], o: &GenerateOptions) -> [(String, Usage); 3] {
+    let (m, tk) = default_model();
+    [Speculation::On, Speculation::Auto, Speculation::Off].map(|speculation| {
+        let mut s = session(m, KvFormat::Int8);
+        let mut b = GpuBackend::new(m, &mut s);
+        let o = GenerateOptions {
+            speculation,
+            ..o.clone()
+        };
+        let mut text = String::new();
+        let (_, usage) = pollster::block_on(engine::generate(&mut b, tk, prompt, &o, |t, _| {
+            text.push_str(t);
+            true
+        }))
+        .unwrap();
+        (text, usage)
+    })
+}
+
+const PASSAGE: &str = "The Debian Project is an association of individuals who have made common cause to create a free operating system.";
+
+#[test]
+fn pipelined_gpu_replies_are_the_same_text_in_fewer_forwards() {
+    let tk = &default_model().1;
+    let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
+    let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
+    for (max_tokens, stop) in [(28, vec![]), (40, vec!["common cause".to_string()])] {
+        let o = GenerateOptions {
+            max_tokens,
+            stop,
+            sampler: SamplerOptions {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let [(on, u_on), (auto, u_auto), (off, u_off)] = each(&prompt, &o);
+        eprintln!("{:?} / {:?}: {on:?}", u_on.speculation, u_auto.speculation);
+        assert_eq!(on, off, "speculation changed the text");
+        assert_eq!(auto, off, "speculation changed the text");
+        assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
+        let (s, plain) = (u_on.speculation, u_off.speculation);
+        assert_eq!(plain.proposed, 0);
+        assert!(s.accepted > 0 && s.accepted <= s.proposed, "{s:?}");
+        assert!(
+            s.forwards < plain.forwards,
+            "each kept guess saves a forward: {s:?} vs {plain:?}"
+        );
+    }
+}
