@@ -1,7 +1,8 @@
-// y = W·x for TOKENS tokens, where the adapter has subgroups of a fixed size: one
-// subgroup per row, its lanes split the row's blocks and subgroupAdd sums them; no
-// workgroup memory and no barriers. Same weight decoding and results as
-// matmul_gemv.wgsl; each token's sum as a one-token dispatch makes it.
+// y = W·x for one token or up to 8 (a speculative check), where the adapter has
+// subgroups of a fixed size: one subgroup per row, its lanes split the row's blocks
+// and subgroupAdd sums them; no workgroup memory and no barriers. Same weight decoding,
+// results and token accumulators as matmul_gemv.wgsl (each token's sum as a one-token
+// dispatch makes it).
 #include "weights.wgsl"
 #include "step.wgsl"
 
@@ -16,11 +17,14 @@ override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and log
 override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
 override WG: u32 = 256u;  // a multiple of SG
-override TOKENS: u32 = 1u;  // 1, or MAX_TOKENS: then the step's n_tokens (at most it) run
+override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x (several tokens)
 override Y_STRIDE: u32 = 0u; // and of y
 
-const MAX_TOKENS: u32 = 8u;
+// One token's share of a block part: the sum a one-token dispatch adds.
+fn dots(w: W8, xo: u32) -> f32 {
+    return dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -29,41 +33,50 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
     // Subgroups are consecutive invocations of the workgroup: lid / SG is this one's.
     let row = (wid.x + wid.y * nwg.x) * (WG / SG) + lid / SG;
-    // Tokens this dispatch runs: one (a constant, so the loops fold away), or the step's.
-    let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
     let nb = K / 32u;
-    var acc: array<f32, MAX_TOKENS>;
-    for (var t = 0u; t < TOKENS; t++) {
-        acc[t] = 0.0;
-    }
+    // Tokens this dispatch runs; rows of x past them read token 0's (never written).
+    let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
+    let o = token_rows(n_run);
+    var lo = vec4<f32>(0.0); // tokens 0-3
+    var hi = vec4<f32>(0.0); // tokens 4-7
     if row < part.rows {
         for (var b = lane; b < nb; b += SG) {
             for (var p = 0u; p < 4u; p++) {
                 let w = weight8(row, nb, b, p);
-                for (var t = 0u; t < TOKENS; t++) {
-                    if t >= n_run {
-                        break;
+                let xo = b * 8u + p * 2u;
+                if TOKENS == 1u {
+                    lo.x += dots(w, xo);
+                } else {
+                    lo += vec4(dots(w, o[0] + xo), dots(w, o[1] + xo),
+                               dots(w, o[2] + xo), dots(w, o[3] + xo));
+                    if TOKENS == 8u && n_run > 4u {
+                        hi += vec4(dots(w, o[4] + xo), dots(w, o[5] + xo),
+                                   dots(w, o[6] + xo), dots(w, o[7] + xo));
                     }
-                    let xo = t * (X_STRIDE / 4u) + b * 8u + p * 2u;
-                    acc[t] += dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
                 }
             }
         }
     }
-    for (var t = 0u; t < TOKENS; t++) {
-        if t >= n_run {
-            break;
-        }
-        let sum = subgroupAdd(acc[t]);
+    for (var t = 0u; t < n_run; t++) {
+        let sum = subgroupAdd(select(hi[t % 4u], lo[t % 4u], t < 4u));
         if lane == 0u && row < part.rows {
-            let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
+            let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             if ACCUMULATE {
-                y[o] += out_value(sum);
+                y[at] += out_value(sum);
             } else {
-                y[o] = out_value(sum);
+                y[at] = out_value(sum);
             }
         }
     }
+}
+
+// Where each token's row of x starts (vec4s): token 0's for those past `n_run`.
+fn token_rows(n_run: u32) -> array<u32, 8> {
+    var o: array<u32, 8>;
+    for (var t = 0u; t < 8u; t++) {
+        o[t] = select(0u, t * (X_STRIDE / 4u), t < n_run);
+    }
+    return o;
 }
 
 // The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite

@@ -1,6 +1,6 @@
-// y = W · rmsnorm(x) for TOKENS tokens (decode; a speculative check's few): the
+// y = W · rmsnorm(x) for one token (decode) or up to 8 (a speculative check): the
 // RMSNorm that feeds a matrix, folded into its GEMV; each token's results are those of
-// a one-token dispatch, bit for bit. Each workgroup sums x² itself (K floats: cheaper than a dispatch) and stages
+// a one-token dispatch, bit for bit (token accumulators as in matmul_gemv.wgsl). Each workgroup sums x² itself (K floats: cheaper than a dispatch) and stages
 // rmsnorm(x) in workgroup memory, which every row's dot product then reads (rows wider
 // than the stage, 3072, normalize on the fly).
 // With GLU the matrix is [gate; up] (2·N rows) and output row r is act(gate_r)·up_r:
@@ -26,11 +26,9 @@ override WG: u32 = 256u;
 override EPS: f32 = 1e-5;
 override GLU: u32 = 0u;     // 0: none; 1: SiLU (SwiGLU); 2: GELU, tanh (GeGLU)
 override WRITE_NORMED: bool = false;
-override TOKENS: u32 = 1u;  // 1, or MAX_TOKENS: then the step's n_tokens (at most it) run
+override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x and of normed
 override Y_STRIDE: u32 = 0u; // and of y
-
-const MAX_TOKENS: u32 = 8u;
 
 const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partials
 var<workgroup> partial: array<f32, 256>;
@@ -55,45 +53,54 @@ fn reduce_all(lid: u32) {
     }
 }
 
+// A token's share of a block part, its row of x at `o` normalized on the fly by
+// `inv`: (gate or only row, up) — the sums a one-token dispatch adds.
+fn dots(w: W8, u: W8, o: u32, xo: u32, inv: f32) -> vec2<f32> {
+    let xa = x[o + xo] * norm_w[xo] * inv;
+    let xb = x[o + xo + 1u] * norm_w[xo + 1u] * inv;
+    var r = vec2(dot(w.a, xa) + dot(w.b, xb), 0.0);
+    if GLU != 0u {
+        r.y = dot(u.a, xa) + dot(u.b, xb);
+    }
+    return r;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // Tokens this dispatch runs: one (a constant, so the loops fold away), or the step's.
+    // Tokens this dispatch runs; rows of x past them read token 0's (never written).
     let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
+    let o = token_rows(n_run);
     // 1 / rms(x) of each token, from its whole row.
-    let xs4 = X_STRIDE / 4u;
-    var inv_rms: array<f32, MAX_TOKENS>;
-    for (var t = 0u; t < TOKENS; t++) {
-        if t >= n_run {
-            break;
-        }
+    var inv = array<f32, 8>(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
+    for (var t = 0u; t < n_run; t++) {
         var ss = 0.0;
         for (var i = lid; i < K / 4u; i += WG) {
-            let v = x[t * xs4 + i];
+            let v = x[o[t] + i];
             ss += dot(v, v);
         }
         partial[lid] = ss;
         workgroupBarrier();
         reduce_all(lid);
-        inv_rms[t] = inverseSqrt(partial[0] / f32(K) + EPS);
+        inv[t] = inverseSqrt(partial[0] / f32(K) + EPS);
         workgroupBarrier();
     }
+    let inv_lo = vec4(inv[0], inv[1], inv[2], inv[3]);
+    let inv_hi = vec4(inv[4], inv[5], inv[6], inv[7]);
     let staged = TOKENS == 1u && K / 4u <= STAGE;
     if staged {
         for (var i = lid; i < K / 4u; i += WG) {
-            xs[i] = x[i] * norm_w[i] * inv_rms[0];
+            xs[i] = x[i] * norm_w[i] * inv_lo.x;
         }
         workgroupBarrier();
     }
     let first = wid.x + wid.y * nwg.x == 0u;
     if WRITE_NORMED && first {
-        for (var t = 0u; t < TOKENS; t++) {
-            if t >= n_run {
-                break;
-            }
+        for (var t = 0u; t < n_run; t++) {
+            let it = select(inv_hi[t % 4u], inv_lo[t % 4u], t < 4u);
             for (var i = lid; i < K / 4u; i += WG) {
-                normed[t * xs4 + i] = x[t * xs4 + i] * norm_w[i] * inv_rms[t];
+                normed[o[t] + i] = x[o[t] + i] * norm_w[i] * it;
             }
         }
     }
@@ -103,12 +110,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let row = (wid.x + wid.y * nwg.x) * (WG / TPR) + lid / TPR;
     let lane = lid % TPR;
     let nb = K / 32u;
-    var acc: array<f32, MAX_TOKENS>;
-    var acc_up: array<f32, MAX_TOKENS>;
-    for (var t = 0u; t < TOKENS; t++) {
-        acc[t] = 0.0;
-        acc_up[t] = 0.0;
-    }
+    var lo = vec4<f32>(0.0); // tokens 0-3
+    var hi = vec4<f32>(0.0); // tokens 4-7
+    var up_lo = vec4<f32>(0.0);
+    var up_hi = vec4<f32>(0.0);
     if row < n {
         for (var b = lane; b < nb; b += TPR) {
             for (var p = 0u; p < 4u; p++) {
@@ -117,35 +122,40 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 if GLU != 0u {
                     u = weight8(row + n, nb, b, p);
                 }
-                for (var t = 0u; t < TOKENS; t++) {
-                    if t >= n_run {
-                        break;
-                    }
-                    let xo = b * 8u + p * 2u;
-                    var xa: vec4<f32>;
-                    var xb: vec4<f32>;
-                    if staged {
-                        xa = xs[xo];
-                        xb = xs[xo + 1u];
-                    } else {
-                        let r = t * xs4 + xo;
-                        xa = x[r] * norm_w[xo] * inv_rms[t];
-                        xb = x[r + 1u] * norm_w[xo + 1u] * inv_rms[t];
-                    }
-                    acc[t] += dot(w.a, xa) + dot(w.b, xb);
+                let xo = b * 8u + p * 2u;
+                if staged {
+                    let xa = xs[xo];
+                    let xb = xs[xo + 1u];
+                    lo.x += dot(w.a, xa) + dot(w.b, xb);
                     if GLU != 0u {
-                        acc_up[t] += dot(u.a, xa) + dot(u.b, xb);
+                        up_lo.x += dot(u.a, xa) + dot(u.b, xb);
+                    }
+                } else if TOKENS == 1u {
+                    let d = dots(w, u, 0u, xo, inv_lo.x);
+                    lo.x += d.x;
+                    up_lo.x += d.y;
+                } else {
+                    let d0 = dots(w, u, o[0], xo, inv_lo.x);
+                    let d1 = dots(w, u, o[1], xo, inv_lo.y);
+                    let d2 = dots(w, u, o[2], xo, inv_lo.z);
+                    let d3 = dots(w, u, o[3], xo, inv_lo.w);
+                    lo += vec4(d0.x, d1.x, d2.x, d3.x);
+                    up_lo += vec4(d0.y, d1.y, d2.y, d3.y);
+                    if TOKENS == 8u && n_run > 4u {
+                        let d4 = dots(w, u, o[4], xo, inv_hi.x);
+                        let d5 = dots(w, u, o[5], xo, inv_hi.y);
+                        let d6 = dots(w, u, o[6], xo, inv_hi.z);
+                        let d7 = dots(w, u, o[7], xo, inv_hi.w);
+                        hi += vec4(d4.x, d5.x, d6.x, d7.x);
+                        up_hi += vec4(d4.y, d5.y, d6.y, d7.y);
                     }
                 }
             }
         }
     }
-    for (var t = 0u; t < TOKENS; t++) {
-        if t >= n_run {
-            break;
-        }
-        partial[lid] = acc[t];
-        partial_up[lid] = acc_up[t];
+    for (var t = 0u; t < n_run; t++) {
+        partial[lid] = select(hi[t % 4u], lo[t % 4u], t < 4u);
+        partial_up[lid] = select(up_hi[t % 4u], up_lo[t % 4u], t < 4u);
         workgroupBarrier();
         for (var s = TPR / 2u; s > 0u; s >>= 1u) {
             if lane < s {
@@ -159,14 +169,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             if GLU != 0u {
                 v = act(v) * partial_up[lid];
             }
-            let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
+            let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             if ACCUMULATE {
-                y[o] += out_value(v);
+                y[at] += out_value(v);
             } else {
-                y[o] = out_value(v);
+                y[at] = out_value(v);
             }
         }
     }
+}
+
+// Where each token's row of x starts (vec4s): token 0's for those past `n_run`.
+fn token_rows(n_run: u32) -> array<u32, 8> {
+    var o: array<u32, 8>;
+    for (var t = 0u; t < 8u; t++) {
+        o[t] = select(0u, t * (X_STRIDE / 4u), t < n_run);
+    }
+    return o;
 }
 
 // The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite

@@ -6,7 +6,7 @@ use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
 use super::{Backend, GpuBackend, GpuModel, GpuSession, LateMask, Logits, Want};
 use crate::adapters::Adapter;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// An adapter as the backend holds it: uploaded to the GPU, or f32 for the CPU.
 pub enum Resident {
@@ -106,8 +106,7 @@ impl Backend for AnyBackend<'_> {
     }
     async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         match self {
-            // `verifies()` is 0 on the GPU: the generate loop never asks it.
-            AnyBackend::Gpu(_) => Err(Error::unsupported("a multi-position check on the GPU")),
+            AnyBackend::Gpu(b) => b.verify(tokens).await,
             AnyBackend::Cpu(b) => b.verify(tokens).await,
         }
     }

@@ -247,8 +247,8 @@ impl GpuSession {
         Ok((total, outside))
     }
 
-    /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step)
-    /// and records the decode step of the base model: after this, the first reply
+    /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step, a
+    /// speculative check) and records the decode step of the base model: after this, the first reply
     /// creates nothing it would not create anyway (its adapter's plan).
     pub fn warm(&mut self, m: &GpuModel) -> Result<()> {
         let n = self.opts.chunk;
@@ -257,6 +257,13 @@ impl GpuSession {
             self.encode_head(m, pass, n, false)
         })?;
         self.decode_plan(m, None, 0)?;
+        // Checks compile the GEMVs' several-token kinds (4 and 8 tokens): after these,
+        // the first check of a reply only records its plan.
+        if self.verify_rows > 1 && self.fused {
+            for n in [self.verify_rows.min(4), self.verify_rows] {
+                self.check_plan(m, None, n)?;
+            }
+        }
         if self.opts.max_context > attention::ONE_PASS_MAX {
             self.decode_plan(m, None, attention::ONE_PASS_MAX)?;
         }
@@ -291,6 +298,30 @@ impl GpuSession {
             .get(&id)
             .map(|(p, body)| (p, *body))
             .ok_or_else(|| Error::gpu("the decode plan was not recorded"))
+    }
+
+    /// The recorded check of `n` positions with `adapter` (one-pass attention), recorded
+    /// on first use.
+    fn check_plan(
+        &mut self,
+        m: &GpuModel,
+        adapter: Option<&GpuAdapter>,
+        n: usize,
+    ) -> Result<(&Plan, usize)> {
+        let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
+        if !self.plans.contains_key(&id) {
+            self.plans.retain(|k, _| k.0 == 0);
+            let plan = m.kernels.record(|pass| {
+                self.encode_layers(m, adapter, pass, n, 0)?;
+                self.encode_head(m, pass, n, true)
+            })?;
+            let len = plan.len();
+            self.plans.insert(id, (plan, len));
+        }
+        self.plans
+            .get(&id)
+            .map(|(p, len)| (p, *len))
+            .ok_or_else(|| Error::gpu("the check's plan was not recorded"))
     }
 
     /// Dispatches per decode step (with `adapter`): the figure the bench reports.
@@ -520,23 +551,10 @@ impl GpuSession {
         }
         let g = &m.gpu;
         let at = self.upload_step(g, tokens, None, false);
-        let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
-        if !self.plans.contains_key(&id) {
-            self.plans.retain(|k, _| k.0 == 0);
-            let plan = m.kernels.record(|pass| {
-                self.encode_layers(m, adapter, pass, n, 0)?;
-                self.encode_head(m, pass, n, true)
-            })?;
-            let len = plan.len();
-            self.plans.insert(id, (plan, len));
-        }
-        let (plan, len) = self
-            .plans
-            .get(&id)
-            .ok_or_else(|| Error::gpu("the check's plan was not recorded"))?;
+        let (plan, len) = self.check_plan(m, adapter, n)?;
         let mut enc = g.device.create_command_encoder(&Default::default());
         let mut pass = enc.begin_compute_pass(&Default::default());
-        plan.replay_range(&mut pass, 1, 0..*len);
+        plan.replay_range(&mut pass, 1, 0..len);
         drop(pass);
         let row = m.config.vocab_size;
         let bytes = (n * row * 4) as u64;

@@ -301,14 +301,17 @@ pub struct Generation {
     ready: Option<u32>,
     /// A submitted step whose pick is still to be read.
     outstanding: bool,
+    /// Pipelined steps in a row: from the second, a step's wait is one step's time
+    /// (what the speculation policy weighs checks against).
+    piped: usize,
     /// Guided generation: the tokens allowed next (decode is then not pipelined:
     /// each mask depends on the token before).
     guide: Option<Guide>,
     /// A reply that may be a tool call: its text passes through here.
     calls: Option<CallReader>,
     tool_calls: Vec<ToolCall>,
-    /// How many tokens speculative decoding guesses (a backend that verifies, not
-    /// chained; none when off).
+    /// How many tokens speculative decoding guesses (a backend that verifies; none
+    /// when off).
     policy: Option<Policy>,
     outbox: std::collections::VecDeque<Event>,
     finished: Option<FinishReason>,
@@ -389,6 +392,7 @@ impl Generation {
             chained,
             ready: None,
             outstanding: false,
+            piped: 0,
             guide,
             calls: None,
             tool_calls: Vec::new(),
@@ -822,7 +826,8 @@ impl Generation {
             }
             let t = backend.chosen().await?;
             self.outstanding = ahead && !leave;
-            if let (true, Some(p)) = (self.outstanding, &mut self.policy) {
+            self.piped = if self.outstanding { self.piped + 1 } else { 0 };
+            if let (true, Some(p)) = (self.piped >= 2, &mut self.policy) {
                 // A pipelined step's time: what checks are weighed against.
                 p.stepped(ms_since(started));
             }

@@ -121,6 +121,9 @@ pub struct Policy {
     /// A check of `k` guesses: its cost per position past the first, in one-token
     /// forwards.
     extra: Vec<f64>,
+    /// Which of `extra` were measured: one that was not takes the last measured
+    /// value (a backend whose checks cost their steps is found out in one check).
+    measured: Vec<bool>,
     /// Steps since the last check while guessing did not pay: after `probe` of them
     /// one guess is checked, so a reply that turns to copying is noticed.
     idle: usize,
@@ -154,6 +157,7 @@ impl Policy {
             tried: 4.0,
             step_ms: None,
             extra: vec![0.6; most + 1],
+            measured: vec![false; most + 1],
             idle: 0,
             probe: PROBE,
             draft_ms: None,
@@ -237,6 +241,13 @@ impl Policy {
         if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
             let seen = ((ms / step - 1.0) / proposed.max(1) as f64).clamp(0.0, 2.0);
             *extra += SMOOTH * (seen - *extra);
+            let e = *extra;
+            self.measured[proposed] = true;
+            for (x, m) in self.extra.iter_mut().zip(&self.measured) {
+                if !m {
+                    *x = e;
+                }
+            }
         }
     }
 }

@@ -360,18 +360,20 @@ pub struct Io<'a> {
 /// check's positions, each computed as a one-token step computes it.
 pub const GEMV_TOKENS: usize = 8;
 
-/// The GEMV kernels' token constants: one token, or up to `GEMV_TOKENS` — then the
-/// step's `n_tokens` run, which must be `n_tokens` (one pipeline serves every count).
+/// The GEMV kernels' token constants: one token, or up to 4 or 8 — then the step's
+/// `n_tokens` run, which must be `n_tokens` (one pipeline serves every count up to
+/// its size; 4 or 8 tokens' sums are the lanes of one or two vec4 accumulators).
 fn token_constants(io: &Io, n_tokens: usize) -> Result<[(&'static str, f64); 3]> {
-    if n_tokens == 0 || n_tokens > GEMV_TOKENS {
-        return Err(Error::gpu(format!(
-            "a GEMV of {n_tokens} tokens (1 to {GEMV_TOKENS})"
-        )));
-    }
     // One token reads no stride: the same pipeline serves every caller.
     let (tokens, x, y) = match n_tokens {
         1 => (1, 0, 0),
-        _ => (GEMV_TOKENS, io.x_stride, io.y_stride),
+        2..=4 => (4, io.x_stride, io.y_stride),
+        5..=GEMV_TOKENS => (8, io.x_stride, io.y_stride),
+        _ => {
+            return Err(Error::gpu(format!(
+                "a GEMV of {n_tokens} tokens (1 to {GEMV_TOKENS})"
+            )))
+        }
     };
     Ok([
         ("TOKENS", tokens as f64),
