@@ -942,6 +942,31 @@ test("speculative decoding: a reply that copies its input is the same text with 
   assert.equal(r.openai, greedy.text);
 });
 
+test("speculative decoding on WebGPU: a copying reply is the same text with and without, in fewer forwards", async () => {
+  const r = await page.evaluate(async (url) => {
+    const passage = "The Debian Project is an association of individuals who have made common cause to create a free operating system.";
+    const chat = [{ role: "user", content: `Repeat this passage word for word:\n\n${passage}` }];
+    const m = await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 512 });
+    async function reply(speculation) {
+      let text = "", end;
+      for await (const c of m.chat(chat, { maxTokens: 24, speculation })) c.done ? (end = c) : (text += c.text);
+      return { text, usage: end.usage };
+    }
+    try {
+      return { on: await reply("on"), off: await reply("off"), backend: m.info().backend };
+    } finally {
+      await m.dispose();
+    }
+  }, MODEL);
+  assert.equal(r.backend, "webgpu");
+  assert.equal(r.on.text, r.off.text, "speculation changes no token");
+  assert.match(r.on.text, /Debian Project/);
+  const s = r.on.usage.speculation;
+  assert.equal(r.off.usage.speculation.proposed, 0);
+  assert.ok(s.accepted > 0 && s.accepted <= s.proposed, JSON.stringify(s));
+  assert.ok(s.forwards < r.off.usage.speculation.forwards, `${JSON.stringify(s)} vs ${JSON.stringify(r.off.usage.speculation)}`);
+});
+
 test("speculative decoding with a draft model: the same text in fewer forwards; another vocabulary is BadOptions", async () => {
   const r = await page.evaluate(async ({ url, draft, other }) => {
     const chat = [{ role: "user", content: "Write a short story about a lighthouse keeper." }];

@@ -63,8 +63,8 @@ fn time(
     Ok(run(reps)? / reps as f64)
 }
 
-/// The matmuls of layer 0 and the output head, as decode (1 token) and as a prefill
-/// chunk of `chunk` tokens.
+/// The matmuls of layer 0 and the output head, as decode (1 token), as a speculative
+/// check (`GEMV_TOKENS`) and as a prefill chunk of `chunk` tokens.
 pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>> {
     let c = &m.config;
     let l = &m.layers[0];
@@ -101,11 +101,13 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
     let widest = c.ffn_dim.max(c.hidden).max(c.q_dim());
     let x = g.upload_f32("bench x", &vec![0.01; chunk * widest])?;
     let ones = g.upload_f32("bench norm", &vec![1.0; widest])?;
-    let normed = g.storage("bench normed", (widest * 4) as u64)?;
+    let check = matmul::GEMV_TOKENS.min(chunk);
+    let normed = g.storage("bench normed", (check * widest * 4) as u64)?;
     let y = g.storage("bench y", (chunk * c.vocab_size.max(widest) * 4) as u64)?;
     let mut rows = Vec::new();
     for (name, w, norm) in mats {
-        for tokens in [1, chunk] {
+        // Decode, a speculative check (each weight decoded once for its tokens), a chunk.
+        for tokens in [1, check, chunk] {
             let step = g.uniform("step", bytemuck::bytes_of(&Step::new(tokens, 0)));
             let io = Io {
                 x: &x,
@@ -117,7 +119,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 scale: 1.0,
                 cap: 0.0,
             };
-            let fused = norm.filter(|_| tokens == 1);
+            let fused = norm.filter(|_| tokens <= check);
             let ms = time(m, reps, &|pass| match fused {
                 Some(glu) => {
                     let n = NormIn {
@@ -127,7 +129,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                         normed: &normed,
                         write_normed: false,
                     };
-                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n, 1)
+                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n, tokens)
                 }
                 None => matmul::matmul(&m.kernels, pass, &step, w, &io, tokens),
             })?;
