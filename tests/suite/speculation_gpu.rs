@@ -7,10 +7,11 @@
 use crate::common;
 
 use pippin::engine::{
-    self, Backend, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession, Logits,
-    SessionOptions, Speculation, Usage, Want,
+    self, Backend, FinishReason, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession,
+    Logits, SessionOptions, Speculation, Usage, Want,
 };
 use pippin::gpu::{Caps, Gpu};
+use pippin::guided::ResponseFormat;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::{Message, Tokenizer};
@@ -153,4 +154,46 @@ fn pipelined_gpu_replies_are_the_same_text_in_fewer_forwards() {
             "each kept guess saves a forward: {s:?} vs {plain:?}"
         );
     }
+}
+
+/// A guided reply (not pipelined: each mask follows the token before) checks guesses
+/// under the grammar's mask at every position: the same text, still in the format.
+#[test]
+fn guided_gpu_replies_check_guesses_under_the_mask() {
+    let (m, tk) = default_model();
+    let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
+    let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
+    let pattern = "The Debian Project is [a-z ]+";
+    let run = |speculation| {
+        let mut s = session(m, KvFormat::Int8);
+        let mut b = GpuBackend::new(m, &mut s);
+        let o = GenerateOptions {
+            max_tokens: 20,
+            speculation,
+            response_format: Some(ResponseFormat::Regex {
+                pattern: pattern.into(),
+            }),
+            ..Default::default()
+        };
+        let mut text = String::new();
+        let (finish, usage) =
+            pollster::block_on(engine::generate(&mut b, tk, &prompt, &o, |t, _| {
+                text.push_str(t);
+                true
+            }))
+            .unwrap();
+        (text, finish, usage)
+    };
+    let (on, finish, u) = run(Speculation::On);
+    let (off, _, plain) = run(Speculation::Off);
+    eprintln!("{:?}: {on:?} ({finish:?})", u.speculation);
+    assert_eq!(on, off, "speculation changed the guided text");
+    assert!(on.starts_with("The Debian Project is "), "{on:?}");
+    assert!(
+        on[22..].chars().all(|c| c.is_ascii_lowercase() || c == ' '),
+        "{on:?}"
+    );
+    assert!(matches!(finish, FinishReason::Length | FinishReason::Stop));
+    assert!(u.speculation.accepted > 0, "{:?}", u.speculation);
+    assert!(u.speculation.forwards < plain.speculation.forwards);
 }
