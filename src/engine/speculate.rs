@@ -138,6 +138,9 @@ pub struct Policy {
 const FADE: f64 = 0.8;
 const SMOOTH: f64 = 0.5;
 const PROBE: usize = 16;
+/// Tokens per forward's cost over which guessing is worth it (noise in the timings
+/// aside).
+const GAIN_MIN: f64 = 1.02;
 const PROBE_MOST: usize = 256;
 /// A draft whose forward costs this many one-token forwards of the model or more is
 /// not probed: while guessing does not pay it falls behind, and a probe first runs it
@@ -184,18 +187,23 @@ impl Policy {
         }
     }
 
+    /// The number of guesses that gains most (0 with none allowed).
+    fn best(&self) -> usize {
+        (1..=self.most)
+            .max_by(|&a, &b| self.gain(a).total_cmp(&self.gain(b)))
+            .unwrap_or(0)
+    }
+
     /// Tokens to guess at this step (0: run one token).
     pub fn guesses(&mut self) -> usize {
-        let best = (1..=self.most)
-            .max_by(|&a, &b| self.gain(a).total_cmp(&self.gain(b)))
-            .unwrap_or(0);
+        let best = self.best();
         if self.always {
             return best;
         }
         if self.step_ms.is_none() {
             return 0; // a one-token forward is timed first
         }
-        if self.gain(best) > 1.02 {
+        if self.gain(best) > GAIN_MIN {
             return best;
         }
         if self.draft_cost() >= DRAFT_MOST {
@@ -228,14 +236,8 @@ impl Policy {
     /// A check of `proposed` guesses (and the token before them) took `ms` (the
     /// model's pass: a draft's forwards are `drafted`) and kept `accepted`.
     pub fn checked(&mut self, proposed: usize, accepted: usize, ms: f64) {
-        // A probe (guessing did not pay) that kept nothing: wait longer for the next.
         let probed = self.idle >= self.probe;
         self.idle = 0;
-        self.probe = match (probed, accepted) {
-            (true, 0) => (self.probe * 2).min(PROBE_MOST),
-            (_, 0) => self.probe,
-            _ => PROBE,
-        };
         self.kept = self.kept * FADE + accepted as f64;
         self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
         if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
@@ -249,6 +251,15 @@ impl Policy {
                 }
             }
         }
+        // A probe (guessing did not pay) after which guessing still does not pay —
+        // it kept nothing, or its check cost what the kept guesses saved: wait longer
+        // for the next. A check that kept guesses and pays: back to probing often.
+        let pays = self.gain(self.best()) > GAIN_MIN;
+        self.probe = match (probed && !pays, accepted) {
+            (true, _) => (self.probe * 2).min(PROBE_MOST),
+            (false, 0) => self.probe,
+            (false, _) => PROBE,
+        };
     }
 }
 
@@ -338,15 +349,19 @@ mod tests {
         }
         let waited = (0..PROBE).take_while(|_| p.guesses() == 0).count();
         assert_eq!(waited, PROBE - 1, "one guess after {PROBE} steps");
-        // A probe that keeps nothing doubles the wait; one kept guess resets it.
+        // A probe that keeps nothing doubles the wait; so does one that keeps its
+        // guess when its check cost what the guess saved (2 positions, 2 steps' time).
         p.checked(1, 0, 20.0);
         let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
         assert_eq!(waited, 2 * PROBE - 1);
         p.checked(1, 1, 20.0);
-        if p.guesses() == 0 {
-            let waited = (0..4 * PROBE).take_while(|_| p.guesses() == 0).count();
-            assert_eq!(waited, PROBE - 2);
+        let waited = (0..8 * PROBE).take_while(|_| p.guesses() == 0).count();
+        assert_eq!(waited, 4 * PROBE - 1);
+        // Cheap checks that keep their guesses: guessing pays again, at every step.
+        for _ in 0..8 {
+            p.checked(3, 3, 12.0);
         }
+        assert!(p.guesses() > 0 && p.guesses() > 0, "{:?}", p.extra);
         // A check that costs its steps (plain loops): guessing never pays.
         let mut p = Policy::new(7, false);
         p.stepped(10.0);
