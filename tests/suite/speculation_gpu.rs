@@ -2,7 +2,9 @@
 //! that decode each weight once for all of them, one-pass attention token after
 //! token) gives one-token steps' logits bit for bit — on Gemma 3's layers (K-quants),
 //! an adapter, two KV formats, and after guesses are cut back; and pipelined replies
-//! that leave their chain for checks write plain decoding's text in fewer forwards.
+//! that leave their chain for checks (greedy, seeded sampling with top-p and the
+//! repetition penalty, a stop string, guided) write plain decoding's text in fewer
+//! forwards.
 
 use crate::common;
 
@@ -131,20 +133,27 @@ fn pipelined_gpu_replies_are_the_same_text_in_fewer_forwards() {
     let tk = &default_model().1;
     let ask = format!("Repeat this passage word for word:\n\n{PASSAGE}");
     let prompt = tk.encode_chat(&[Message::new("user", &ask)], true).unwrap();
-    for (max_tokens, stop) in [(28, vec![]), (40, vec!["common cause".to_string()])] {
+    for (max_tokens, stop, temperature) in [
+        (28, vec![], 0.0),
+        (40, vec!["common cause".to_string()], 0.0),
+        (24, vec![], 0.7),
+    ] {
         let o = GenerateOptions {
             max_tokens,
             stop,
             sampler: SamplerOptions {
-                temperature: 0.0,
+                temperature,
+                top_p: 0.9,
+                repetition_penalty: 1.1,
+                seed: 5,
                 ..Default::default()
             },
             ..Default::default()
         };
         let [(on, u_on), (auto, u_auto), (off, u_off)] = each(&prompt, &o);
         eprintln!("{:?} / {:?}: {on:?}", u_on.speculation, u_auto.speculation);
-        assert_eq!(on, off, "speculation changed the text");
-        assert_eq!(auto, off, "speculation changed the text");
+        assert_eq!(on, off, "t {temperature}: speculation changed the text");
+        assert_eq!(auto, off, "t {temperature}: speculation changed the text");
         assert_eq!(u_on.generated_tokens, u_off.generated_tokens);
         let (s, plain) = (u_on.speculation, u_off.speculation);
         assert_eq!(plain.proposed, 0);
