@@ -247,9 +247,10 @@ impl GpuSession {
         Ok((total, outside))
     }
 
-    /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step, a
-    /// speculative check) and records the decode step of the base model: after this, the first reply
-    /// creates nothing it would not create anyway (its adapter's plan).
+    /// Compiles every pipeline a conversation uses (a prefill chunk, a decode step,
+    /// speculative checks) and records the decode step of the base model: after this,
+    /// the first reply creates nothing it would not create anyway (its adapter's
+    /// plans).
     pub fn warm(&mut self, m: &GpuModel) -> Result<()> {
         let n = self.opts.chunk;
         m.kernels.record(|pass| {
@@ -283,7 +284,8 @@ impl GpuSession {
         let shape = if split { Shape::SplitStep } else { Shape::Step };
         let id = (adapter.map_or(0, |a| a.id), shape);
         if !self.plans.contains_key(&id) {
-            self.plans.retain(|k, _| k.0 == 0);
+            // Other adapters' plans go (their bind groups hold buffers).
+            self.plans.retain(|k, _| k.0 == 0 || k.0 == id.0);
             // Any position of the same kind records the same dispatches.
             let at = if split { attention::ONE_PASS_MAX } else { 0 };
             let mut plan = m.kernels.record(|pass| {
@@ -310,7 +312,8 @@ impl GpuSession {
     ) -> Result<(&Plan, usize)> {
         let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
         if !self.plans.contains_key(&id) {
-            self.plans.retain(|k, _| k.0 == 0);
+            // Other adapters' plans go (their bind groups hold buffers).
+            self.plans.retain(|k, _| k.0 == 0 || k.0 == id.0);
             let plan = m.kernels.record(|pass| {
                 self.encode_layers(m, adapter, pass, n, 0)?;
                 self.encode_head(m, pass, n, true)

@@ -80,6 +80,23 @@ fn check_against_steps(what: &str, m: &GpuModel, adapter: Option<&GpuAdapter>, k
     many.truncate(keep);
     one.truncate(keep);
     check(&mut many, &mut one, &[30, 28, 260]);
+    // Checks and decode steps alternate without creating anything once recorded
+    // (an adapter's check plan does not evict its decode plan).
+    let round = |many: &mut GpuBackend| {
+        let at = many.tokens().len();
+        pollster::block_on(many.verify(&more)).unwrap();
+        many.truncate(at + 2);
+        pollster::block_on(many.forward(&[42], Want::top(1))).unwrap();
+    };
+    round(&mut many);
+    let before = m.gpu.objects_created();
+    round(&mut many);
+    round(&mut many);
+    assert_eq!(
+        m.gpu.objects_created(),
+        before,
+        "{what}: objects created by checks"
+    );
 }
 
 #[test]
