@@ -525,7 +525,7 @@ async fn norm_folded_into_gemv_and_glu() {
             };
             // The real-GPU set (16 threads a row) on every other case.
             let k = if rows % 2 == 0 { &c.gpu_k } else { &c.k };
-            matmul::norm_gemv(k, p, &step, &m, &io, &norm).unwrap()
+            matmul::norm_gemv(k, p, &step, &m, &io, &norm, 1).unwrap()
         });
         let xn = reference::rmsnorm(&x, &g, 1e-6);
         assert!(
