@@ -301,6 +301,9 @@ pub struct Generation {
     ready: Option<u32>,
     /// A submitted step whose pick is still to be read.
     outstanding: bool,
+    /// The backend's steps pick among their best `top_k` candidates (the GPU's
+    /// selection), not among the whole vocabulary: a check's rows are cut alike.
+    cut: bool,
     /// Pipelined steps in a row: from the second, a step's wait is one step's time
     /// (what the speculation policy weighs checks against).
     piped: usize,
@@ -393,6 +396,7 @@ impl Generation {
             ready: None,
             outstanding: false,
             piped: 0,
+            cut: backend.chains(),
             guide,
             calls: None,
             tool_calls: Vec::new(),
@@ -462,14 +466,24 @@ impl Generation {
 
     /// Picks from a step's result. Guided, full logits are masked here (a backend
     /// that selects candidates masked them already): the penalty first, as unguided,
-    /// then the allowed tokens alone, best first, are the candidates.
+    /// then the allowed tokens alone, best first, are the candidates. On a backend
+    /// whose steps select the best `top_k` (`cut`), a check's full rows are cut to
+    /// them too: the same candidates, so the same draw picks the same token.
     fn choose(&mut self, logits: Logits) -> u32 {
         let logits = match (&self.guide, logits) {
-            (Some(g), Logits::Full(mut l)) => {
+            (guide, Logits::Full(mut l)) if guide.is_some() || self.cut => {
                 self.sampler.penalize(&mut l, &self.history);
-                let mut allowed: Vec<(u32, f32)> =
-                    (0u32..).zip(l).filter(|(t, _)| g.allows(*t)).collect();
-                allowed.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                let mut allowed: Vec<(u32, f32)> = (0u32..)
+                    .zip(l)
+                    .filter(|(t, _)| guide.as_ref().is_none_or(|g| g.allows(*t)))
+                    .collect();
+                let best = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+                // A check's row picks among the candidates a step would have had.
+                if self.cut && allowed.len() > self.top_k {
+                    allowed.select_nth_unstable_by(self.top_k.max(1) - 1, best);
+                    allowed.truncate(self.top_k.max(1));
+                }
+                allowed.sort_by(best);
                 Logits::Top(allowed)
             }
             (_, l) => l,
