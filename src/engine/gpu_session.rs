@@ -813,17 +813,7 @@ impl Backend for GpuBackend<'_> {
             return self.session.verify(self.model, self.adapter, tokens).await;
         }
         // Past one-pass attention: one-token steps (the same logits, no saving).
-        let mut rows = Vec::with_capacity(tokens.len());
-        for t in tokens {
-            match self
-                .forward(std::slice::from_ref(t), Want::logits())
-                .await?
-            {
-                Logits::Full(l) => rows.push(l),
-                Logits::Top(_) => return Err(Error::gpu("full logits were asked")),
-            }
-        }
-        Ok(rows)
+        super::verify_by_steps(self, tokens).await
     }
     fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
         self.session.submit(self.model, self.adapter, tokens, &want)

@@ -123,18 +123,11 @@ pub trait Backend {
     /// Runs `tokens` after the cache in one pass and returns every position's full
     /// logits, each bit for bit what `forward` gives running the tokens one at a
     /// time (speculative decoding's check: its picks are plain decoding's).
-    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        let mut rows = Vec::with_capacity(tokens.len());
-        for t in tokens {
-            match self
-                .forward(std::slice::from_ref(t), Want::logits())
-                .await?
-            {
-                Logits::Full(l) => rows.push(l),
-                Logits::Top(_) => return Err(Error::unsupported("full logits to verify")),
-            }
-        }
-        Ok(rows)
+    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>
+    where
+        Self: Sized,
+    {
+        verify_by_steps(self, tokens).await
     }
 
     /// Whether the backend picks tokens itself and chains steps (`submit`): decode is
@@ -174,6 +167,19 @@ pub trait Backend {
         )
         .await
     }
+}
+
+/// `Backend::verify` as one-token forwards: the same logits, no saving (a backend
+/// without a one-pass check, or past where its check reaches).
+pub async fn verify_by_steps<B: Backend>(b: &mut B, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    let mut rows = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        match b.forward(std::slice::from_ref(t), Want::logits()).await? {
+            Logits::Full(l) => rows.push(l),
+            Logits::Top(_) => return Err(Error::unsupported("full logits to verify")),
+        }
+    }
+    Ok(rows)
 }
 
 /// Computes a step's grammar mask when the backend asks (see `forward_masked`).
