@@ -113,6 +113,12 @@ export interface LoadOptions {
    * On the WebGPU backend it is not downloaded (`info().draftReason` says why).
    */
   draft?: ModelFile | ModelFile[];
+  /**
+   * Bytes of KV state kept for sessions not running now and for common prefixes (a
+   * system prompt), least recently used dropped first and recomputed when needed
+   * (default: about one int8 KV cache at `maxContext`; 0 keeps none).
+   */
+  sessionMemory?: number;
 }
 
 export interface GenerateOptions {
@@ -341,6 +347,9 @@ export interface Stats {
   speculation: SpeculationStats;
   /** Bytes of the GPU buffers this model holds, by kind (weights as uploaded). */
   gpuBytes: { weights: number; kvCache: number; scratch: number; adapters: number };
+  /** The prefix cache: snapshots of KV state kept for sessions and common prefixes,
+   * their bytes, its budget (`sessionMemory`), and prompt tokens served from it. */
+  prefixCache: { entries: number; bytes: number; budget: number; restoredTokens: number };
   /** Heap bytes the wasm module has allocated now (all models of the page's module). */
   wasmHeapBytes: number;
   /** The most heap allocated at once since the last `Pippin.load` began. */
@@ -379,6 +388,50 @@ export interface Info {
   subgroups: boolean;
   maxStorageBufferBindingSize: number;
   maxBufferSize: number;
+  /** Most tokens a conversation may hold (`maxContext`, at most the model's). */
+  contextWindow: number;
+}
+
+/** What a prefill ran: prompt tokens found cached (the KV cache or a kept snapshot) and computed. */
+export interface Prefilled {
+  cachedTokens: number;
+  computedTokens: number;
+}
+
+export interface SessionOptions extends Omit<GenerateOptions, "signal"> {
+  /** The system prompt (the conversation's first message). */
+  system?: string;
+  /** The conversation so far, run when the session is created. */
+  messages?: (Message | string)[];
+  /** A prompt that does not fit the context: "error" (default; code "ContextFull") or
+   * "drop-oldest" (the oldest messages after the system prompt are dropped, with a
+   * `contextoverflow` event). */
+  overflow?: "error" | "drop-oldest";
+}
+
+export type SessionInput = string | Message | (Message | string)[];
+
+/** A conversation on a loaded model. Several may exist; one reply runs at a time per
+ * model (others reject with "Busy"). Switching sessions restores each one's KV state
+ * from the prefix cache (within `sessionMemory`), else recomputes it. */
+export declare class Session extends EventTarget {
+  readonly contextWindow: number;
+  /** Tokens the conversation holds (its next prompt without the new input). */
+  readonly contextUsage: number;
+  readonly messages: Message[];
+  oncontextoverflow: ((e: Event & { droppedMessages: number }) => void) | null;
+  /** The reply to `input`; both join the conversation when it ends (not when aborted). */
+  prompt(input: SessionInput, options?: GenerateOptions): Promise<string>;
+  promptStreaming(input: SessionInput, options?: GenerateOptions): Reply;
+  /** Adds messages and runs them now; the reply comes with a later prompt. */
+  append(input: SessionInput, options?: GenerateOptions): Promise<Prefilled>;
+  measureContextUsage(input: SessionInput, options?: GenerateOptions): Promise<number>;
+  /** A session with this one's conversation and options; the two go on apart. */
+  clone(options?: GenerateOptions): Promise<Session>;
+  /** The conversation and its KV cache, for `restoreSession` in a later page (same
+   * model, adapter, KV format and backend; else "BadOptions"). */
+  save(): Promise<Uint8Array>;
+  destroy(): void;
 }
 
 /** One GGUF file. */
@@ -407,6 +460,20 @@ export declare class Pippin {
    * turn's KV cache is reused. `chat.completions.create` is OpenAI's chat API.
    */
   chat: Chat;
+  /** A new conversation (its system prompt and messages run now). */
+  createSession(options?: SessionOptions): Promise<Session>;
+  /** A session `session.save()` wrote. */
+  restoreSession(bytes: Uint8Array | ArrayBuffer): Promise<Session>;
+  /** Computes a conversation's start now, for every session that starts with it. */
+  prewarm(prefix: { system?: string; messages?: (Message | string)[]; tools?: GenerateOptions["tools"]; adapter?: string | null }): Promise<Prefilled>;
+  /** Runs what the KV cache lacks of `messages`, without a reply. */
+  prefill(messages: Message[], options?: GenerateOptions): Promise<Prefilled>;
+  /** Tokens of the prompt `chat(messages, options)` runs. */
+  countTokens(messages: Message[], options?: GenerateOptions): Promise<number>;
+  /** `messages`' KV cache as bytes (a session's `save` adds its transcript). */
+  saveState(messages: Message[], options?: GenerateOptions): Promise<Uint8Array>;
+  /** Holds `saveState`'s bytes again; resolves to the tokens they hold. */
+  restoreState(bytes: Uint8Array): Promise<number>;
   /** Loads a PEFT LoRA adapter: a folder URL, or its two files. Switching adapters costs no reload. */
   loadAdapter(
     name: string,

@@ -2,6 +2,7 @@
 // adds what JavaScript developers expect — async iterators and ReadableStreams,
 // AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
 import init, { Engine, setGuidedLoader } from "./pippin_wasm.js";
+import { Session, prewarm } from "./session.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
@@ -559,6 +560,7 @@ export class Pippin {
     const engineOptions = {
       kvCache: options.kvCache,
       maxContext: options.maxContext,
+      sessionMemory: options.sessionMemory,
       gpuLimits: options.gpuLimits,
       softwareAdapter: webgpu === "software",
       backend: options.backend ?? "auto",
@@ -624,6 +626,43 @@ export class Pippin {
   chat(messages, options = {}) {
     const start = () => this.#engine.chat(messages, generationOptions(options), options.adapter);
     return new Reply(replyCalls(() => this.#engine, start), options.signal);
+  }
+
+  /** A conversation of its own on this model (see session.js): `{ system, messages,
+   * tools, responseFormat, temperature, topK, …, adapter, overflow: "error"|"drop-oldest" }`. */
+  createSession(options = {}) {
+    return Session.create(this, options);
+  }
+
+  /** A session `session.save()` wrote, in this or a later page. */
+  restoreSession(bytes) {
+    return Session.restore(this, bytes);
+  }
+
+  /** Computes the keys and values of a conversation's start (`{ system, messages, tools }`)
+   * now, for every session that starts with it. */
+  prewarm(prefix) {
+    return prewarm(this, prefix);
+  }
+
+  /** Runs what the KV cache lacks of `messages` (no reply): `{ cachedTokens, computedTokens }`. */
+  async prefill(messages, options = {}) {
+    return this.#engine.prefill(messages, generationOptions(options), options.adapter);
+  }
+
+  /** Tokens of the prompt `chat(messages, options)` runs. */
+  async countTokens(messages, options = {}) {
+    return this.#engine.countTokens(messages, generationOptions(options));
+  }
+
+  /** `messages`' KV cache as bytes (`Session.save` adds the transcript). */
+  async saveState(messages, options = {}) {
+    return this.#engine.save(messages, generationOptions(options), options.adapter);
+  }
+
+  /** Holds bytes `saveState` wrote again; the tokens they hold. */
+  async restoreState(bytes) {
+    return this.#engine.restore(bytes);
   }
 
   /**

@@ -2,6 +2,7 @@
 // freezes while a model loads or generates. Calls become messages; a reply's chunks
 // stream back as the worker makes them.
 import { Reply } from "./reply.js";
+import { Session, prewarm } from "./session.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, fromWire, loadAborted } from "./errors.js";
 
@@ -160,6 +161,34 @@ export class Pippin {
   chat(messages, options = {}) {
     const { signal, ...o } = options;
     return new Reply(this.#conn.replyCalls("chat", messages, workerOptions(o)), signal);
+  }
+
+  createSession(options = {}) {
+    return Session.create(this, options);
+  }
+
+  restoreSession(bytes) {
+    return Session.restore(this, bytes);
+  }
+
+  prewarm(prefix) {
+    return prewarm(this, prefix);
+  }
+
+  prefill(messages, options = {}) {
+    return this.#conn.call("prefill", [messages, workerOptions(options)]);
+  }
+
+  countTokens(messages, options = {}) {
+    return this.#conn.call("countTokens", [messages, workerOptions(options)]);
+  }
+
+  saveState(messages, options = {}) {
+    return this.#conn.call("saveState", [messages, workerOptions(options)]);
+  }
+
+  restoreState(bytes) {
+    return this.#conn.call("restoreState", [bytes]);
   }
 
   loadAdapter(name, source, options = {}) {

@@ -4,9 +4,10 @@
 
 use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
+use super::prefix_cache::{KvState, Snapshot};
 use super::{Backend, GpuBackend, GpuModel, GpuSession, LateMask, Logits, Want};
 use crate::adapters::Adapter;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// An adapter as the backend holds it: uploaded to the GPU, or f32 for the CPU.
 pub enum Resident {
@@ -59,6 +60,72 @@ pub enum Body {
         model: Box<CpuModel>,
         state: CpuState,
     },
+}
+
+impl Body {
+    /// The tokens the live KV cache holds and the adapter they were run with.
+    pub fn held(&self) -> (&[u32], u64) {
+        match self {
+            Body::Gpu { session, .. } => session.held(),
+            Body::Cpu { state, .. } => state.held(),
+        }
+    }
+
+    /// A copy of the live KV cache.
+    pub fn snapshot(&mut self) -> Result<Snapshot> {
+        let (tokens, adapter) = self.held();
+        let (tokens, adapter) = (tokens.to_vec(), adapter);
+        let state = match self {
+            Body::Gpu { model, session } => KvState::Gpu(session.snapshot(&model.gpu)?),
+            Body::Cpu { state, .. } => KvState::Cpu(state.snapshot()),
+        };
+        Ok(Snapshot {
+            tokens,
+            adapter,
+            state,
+        })
+    }
+
+    /// Makes the live KV cache hold `s` again.
+    pub fn restore(&mut self, s: &Snapshot) -> Result<()> {
+        match (self, &s.state) {
+            (Body::Gpu { model, session }, KvState::Gpu(g)) => {
+                session.restore(&model.gpu, g, &s.tokens, s.adapter)
+            }
+            (Body::Cpu { state, .. }, KvState::Cpu(c)) => {
+                state.restore(c, &s.tokens, s.adapter);
+                Ok(())
+            }
+            _ => Err(Error::gpu(
+                "a snapshot of another backend (a bug in Pippin)",
+            )),
+        }
+    }
+
+    /// The live KV cache as bytes (a saved session's state).
+    pub async fn write_state(&mut self) -> Result<Vec<u8>> {
+        match self {
+            Body::Gpu { model, session } => session.write_state(&model.gpu).await,
+            Body::Cpu { state, .. } => Ok(state.write_state()),
+        }
+    }
+
+    /// Makes the live KV cache hold saved bytes of `tokens` under `adapter`.
+    pub fn read_state(&mut self, bytes: &[u8], tokens: &[u32], adapter: u64) -> Result<()> {
+        match self {
+            Body::Gpu { model, session } => session.read_state(&model.gpu, bytes, tokens, adapter),
+            Body::Cpu { model, state } => state.read_state(bytes, tokens, adapter, &model.config),
+        }
+    }
+
+    /// What a saved state's bytes depend on besides the model and adapter: the
+    /// backend, its KV format and layout.
+    pub fn layout(&self) -> String {
+        match self {
+            Body::Gpu { session, .. } => session.layout(),
+            Body::Cpu { state, .. } => format!("cpu {}", state.format() as u8),
+        }
+    }
 }
 
 /// The backend of one call: the GPU session or the CPU model, with an adapter.

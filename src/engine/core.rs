@@ -14,8 +14,10 @@ use super::backends::{AnyBackend, BackendKind, Body, Resident};
 use super::cpu::team::Team;
 use super::cpu::{CpuBackend, CpuModel, CpuState};
 use super::gpu_adapter::GpuAdapter;
+use super::prefix_cache::{Fingerprint, PrefixCache, PrefixStats, Saved};
 use super::tools::{self, Prepared};
 use super::Backend;
+use super::{common_prefix, Want};
 use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
@@ -100,6 +102,21 @@ pub struct Engine {
     /// A draft model proposing speculative decoding's guesses (`set_draft`): always
     /// on the CPU backend (the only one that checks guesses in one pass, for now).
     draft: Option<(Box<CpuModel>, CpuState)>,
+    /// Copies of KV state other conversations and prefixes left (`prefix_cache`).
+    prefix: PrefixCache,
+    /// What identifies the model's computation in a saved session: its GGUF header.
+    print: u64,
+    /// Each loaded adapter's fingerprint (of its files), by name.
+    adapter_prints: Vec<(String, u64)>,
+}
+
+/// What a prefill did: prompt tokens found in the KV cache (or a kept snapshot) and
+/// tokens run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Prefilled {
+    pub cached_tokens: usize,
+    pub computed_tokens: usize,
 }
 
 impl Engine {
@@ -111,19 +128,22 @@ impl Engine {
         session: SessionOptions,
         progress: crate::gguf::Progress<'_>,
     ) -> Result<Engine> {
-        let mut tokenizer = None;
+        let (mut tokenizer, mut print) = (None, 0);
         let max_binding = gpu.max_binding();
         let mut check = |g: &Gguf| {
             let c = crate::model::Config::from_gguf(g)?;
             super::GpuFootprint::check(g, &c, &session, max_binding)?;
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
+            print = model_print(g);
             Ok(())
         };
         let (model, _) =
             GpuModel::load_checked(gpu, src, progress, &mut check, Some(&session)).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
-        Self::new(model, tokenizer, session)
+        let mut e = Self::new(model, tokenizer, session)?;
+        e.print = print;
+        Ok(e)
     }
 
     /// Loads a model for the CPU backend (weights in their quantized form), `reason`
@@ -147,8 +167,9 @@ impl Engine {
         team: Option<Arc<dyn Team>>,
     ) -> Result<Engine> {
         let threads = team.as_ref().map_or(1, |t| t.helpers() + 1);
-        let mut tokenizer = None;
+        let (mut tokenizer, mut print) = (None, 0);
         let mut check = |g: &Gguf| {
+            print = model_print(g);
             if let Some(limit) = session.cpu_memory {
                 let c = crate::model::Config::from_gguf(g)?;
                 let context = c.context_length.min(session.max_context.max(1));
@@ -163,11 +184,14 @@ impl Engine {
             super::cpu::load_shared(src, max, progress, &mut check, team.as_ref()).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
+        let budget = session.snapshot_budget(&model.config);
         let body = Body::Cpu {
             model: Box::new(model),
             state: CpuState::new(session.kv).with_team(team),
         };
-        Ok(Self::with_body(body, tokenizer, reason))
+        let mut e = Self::with_body(body, tokenizer, reason, budget);
+        e.print = print;
+        Ok(e)
     }
 
     /// Opens a GGUF file (natively).
@@ -233,15 +257,31 @@ impl Engine {
     }
 
     pub fn new(model: GpuModel, tokenizer: Tokenizer, session: SessionOptions) -> Result<Engine> {
+        let budget = session.snapshot_budget(&model.config);
         let session = GpuSession::new(&model, session)?;
         let body = Body::Gpu {
             model: Box::new(model),
             session: Box::new(session),
         };
-        Ok(Self::with_body(body, tokenizer, "asked for"))
+        Ok(Self::with_body(body, tokenizer, "asked for", budget))
     }
 
-    fn with_body(body: Body, tokenizer: Tokenizer, reason: &str) -> Engine {
+    fn with_body(body: Body, tokenizer: Tokenizer, reason: &str, budget: u64) -> Engine {
+        // Without a GGUF header (a model built in memory), its shape identifies it.
+        let c = config_of(&body);
+        let shape = [
+            c.n_layers,
+            c.hidden,
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            c.vocab_size,
+        ];
+        let shape: Vec<u8> = shape
+            .iter()
+            .flat_map(|d| (*d as u64).to_le_bytes())
+            .collect();
+        let print = Fingerprint::default().with(&shape).value();
         Engine {
             body,
             tokenizer,
@@ -253,6 +293,9 @@ impl Engine {
             next_id: 1,
             grammars: GrammarCache::default(),
             draft: None,
+            prefix: PrefixCache::new(budget),
+            print,
+            adapter_prints: Vec::new(),
         }
     }
 
@@ -279,10 +322,7 @@ impl Engine {
     }
 
     pub fn config(&self) -> &Config {
-        match &self.body {
-            Body::Gpu { model, .. } => &model.config,
-            Body::Cpu { model, .. } => &model.config,
-        }
+        config_of(&self.body)
     }
 
     /// The GPU model (none on the CPU backend).
@@ -433,6 +473,7 @@ impl Engine {
         self.idle()?;
         let p = self.prepare(prompt, opts)?;
         let adapter = self.adapter(adapter)?;
+        self.reuse(&p.ids, adapter.as_ref().map_or(0, |a| a.id()))?;
         let mut backend = Self::backend_of(&mut self.body, adapter.as_deref());
         let mut generation = Generation::start_cached(
             &mut backend,
@@ -529,6 +570,168 @@ impl Engine {
         }
     }
 
+    /// Keeps what the live KV cache holds before a prompt of `ids` under `adapter`
+    /// overwrites it, and restores the kept snapshot that shares more of `ids` than
+    /// the live cache does (the next step reuses what it shares, as ever).
+    fn reuse(&mut self, ids: &[u32], adapter: u64) -> Result<()> {
+        let (live, held_by) = self.body.held();
+        let shared = match held_by == adapter {
+            true => common_prefix(live, ids),
+            false => 0,
+        };
+        let best = self.prefix.best(ids, adapter, shared);
+        if shared < live.len() && !self.prefix.covers(live, held_by) {
+            let s = self.body.snapshot()?;
+            self.prefix.insert(s);
+        }
+        // The snapshot was looked up before one was inserted: it is found again by
+        // its tokens (inserting may have dropped it, covered by the live cache's).
+        if let Some((_, n)) = best {
+            if let Some((i, n)) = self.prefix.best(ids, adapter, n - 1) {
+                let s = self.prefix.take(i, n.min(ids.len().saturating_sub(1)));
+                self.body.restore(s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs what the KV cache does not hold of `prompt` (a conversation without the
+    /// assistant's turn opened, so later messages extend it), and nothing else: a
+    /// session's `append`, or a prefix computed ahead for later conversations.
+    pub async fn prefill(
+        &mut self,
+        prompt: &Prompt,
+        opts: &GenerateOptions,
+        adapter: &AdapterChoice,
+    ) -> Result<Prefilled> {
+        self.idle()?;
+        let ids = match prompt {
+            Prompt::Text(t) => self.tokenizer.encode_prompt(t, false)?,
+            Prompt::Chat(m) => tools::prepare_as(&self.tokenizer, m, opts, false)?.ids,
+        };
+        let adapter = self.adapter(adapter)?;
+        let ctx = self.config().context_length.min(self.context_window());
+        if ids.len() >= ctx {
+            return Err(Error::context_full(format!(
+                "the conversation has {} tokens but the context holds {ctx} (and one more is needed to answer)",
+                ids.len()
+            )));
+        }
+        self.reuse(&ids, adapter.as_ref().map_or(0, |a| a.id()))?;
+        let mut backend = Self::backend_of(&mut self.body, adapter.as_deref());
+        let keep = common_prefix(backend.tokens(), &ids);
+        backend.truncate(keep);
+        let keep = backend.tokens().len().min(keep);
+        if keep < ids.len() {
+            let run = backend.forward(&ids[keep..], Want::top(1)).await;
+            if let Err(e) = run {
+                // What the cache holds is unknown after a failed step: forget it.
+                backend.truncate(0);
+                return Err(e);
+            }
+        }
+        Ok(Prefilled {
+            cached_tokens: keep,
+            computed_tokens: ids.len() - keep,
+        })
+    }
+
+    /// Most tokens a conversation may hold: the KV cache's length.
+    pub fn context_window(&self) -> usize {
+        match &self.body {
+            Body::Gpu { session, .. } => session.max_context(),
+            Body::Cpu { model, .. } => model.config.context_length,
+        }
+    }
+
+    /// A conversation's state as bytes: the KV cache of `prompt` (as `prefill` leaves
+    /// it) and what identifies its computation, for `restore` after a reload.
+    pub async fn save(
+        &mut self,
+        prompt: &Prompt,
+        opts: &GenerateOptions,
+        adapter: &AdapterChoice,
+    ) -> Result<Vec<u8>> {
+        self.prefill(prompt, opts, adapter).await?;
+        let name = match self.adapter(adapter)? {
+            Some(_) => self.adapter_name(adapter),
+            None => None,
+        };
+        let saved = Saved {
+            fingerprint: self.fingerprint(name.as_deref()),
+            tokens: self.body.held().0.to_vec(),
+            state: self.body.write_state().await?,
+        };
+        Ok(saved.to_bytes())
+    }
+
+    fn adapter_name(&self, choice: &AdapterChoice) -> Option<String> {
+        match choice {
+            AdapterChoice::Active => self.active.clone(),
+            AdapterChoice::None => None,
+            AdapterChoice::Named(n) => Some(n.clone()),
+        }
+    }
+
+    /// The model's, adapter `name`'s and the KV cache's identity.
+    fn fingerprint(&self, adapter: Option<&str>) -> u64 {
+        let a = adapter.and_then(|n| self.adapter_prints.iter().find(|p| p.0 == n));
+        let a = a.map(|p| p.1);
+        Fingerprint::default()
+            .with(&self.print.to_le_bytes())
+            .with(&a.unwrap_or(0).to_le_bytes())
+            .with(self.body.layout().as_bytes())
+            .value()
+    }
+
+    /// Makes the KV cache hold a saved conversation again (`save`'s bytes): the next
+    /// reply that continues it runs only what is new. Refused (`BadOptions`) for bytes
+    /// saved from another model, adapter (none loaded here with the same files), KV
+    /// format or backend, or damaged.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<usize> {
+        self.idle()?;
+        let saved = Saved::from_bytes(bytes)?;
+        let names = std::iter::once(None).chain(self.adapters.keys().map(|n| Some(n.clone())));
+        let names: Vec<Option<String>> = names.collect();
+        let Some(name) = names
+            .into_iter()
+            .find(|n| self.fingerprint(n.as_deref()) == saved.fingerprint)
+        else {
+            return Err(Error::invalid(
+                "this session was saved from another model, adapter, KV cache format or backend: it can only be restored where it was computed",
+            ));
+        };
+        if saved.tokens.len() >= self.context_window() {
+            return Err(Error::context_full(
+                "this saved session is longer than the context",
+            ));
+        }
+        let id = name
+            .as_ref()
+            .and_then(|n| self.adapters.get(n))
+            .map_or(0, |a| a.id());
+        let (live, held_by) = self.body.held();
+        if !live.is_empty() && !self.prefix.covers(live, held_by) {
+            let s = self.body.snapshot()?;
+            self.prefix.insert(s);
+        }
+        if let Err(e) = self.body.read_state(&saved.state, &saved.tokens, id) {
+            self.reset()?;
+            return Err(e);
+        }
+        Ok(saved.tokens.len())
+    }
+
+    /// The prefix cache's contents and what it saved.
+    pub fn prefix_stats(&self) -> PrefixStats {
+        self.prefix.stats()
+    }
+
+    /// Bytes the prefix cache may hold (snapshots over it are dropped, oldest first).
+    pub fn set_prefix_budget(&mut self, bytes: u64) {
+        self.prefix.set_budget(bytes);
+    }
+
     /// Uploads a PEFT LoRA adapter under `name` (replacing one of that name).
     pub fn load_adapter(&mut self, name: &str, config: &[u8], weights: &[u8]) -> Result<()> {
         self.idle()?;
@@ -540,7 +743,12 @@ impl Engine {
                 adapter,
             },
         };
-        self.adapters.insert(name.to_string(), Rc::new(resident));
+        if let Some(old) = self.adapters.insert(name.to_string(), Rc::new(resident)) {
+            self.prefix.forget_adapter(old.id());
+        }
+        let print = Fingerprint::default().with(config).with(weights).value();
+        self.adapter_prints.retain(|p| p.0 != name);
+        self.adapter_prints.push((name.to_string(), print));
         Ok(())
     }
 
@@ -560,7 +768,14 @@ impl Engine {
         if self.active.as_deref() == Some(name) {
             self.active = None;
         }
-        Ok(self.adapters.remove(name).is_some())
+        self.adapter_prints.retain(|p| p.0 != name);
+        match self.adapters.remove(name) {
+            Some(a) => {
+                self.prefix.forget_adapter(a.id());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     pub fn adapters(&self) -> Vec<ResidentAdapter> {
@@ -678,6 +893,40 @@ fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+fn config_of(body: &Body) -> &Config {
+    match body {
+        Body::Gpu { model, .. } => &model.config,
+        Body::Cpu { model, .. } => &model.config,
+    }
+}
+
+/// A model's fingerprint: its header (metadata and tensor table), which names and
+/// shapes every weight and where it lies in the file.
+fn model_print(g: &Gguf) -> u64 {
+    use crate::gguf::{Array, Value};
+    let mut f = Fingerprint::default();
+    for (k, v) in g.metadata.iter() {
+        f = f.with(k.as_bytes());
+        // Strings and the vocabulary as they are; other values by their JSON-free
+        // integer form (a float's bits), arrays of numbers by their length.
+        f = match v {
+            Value::Str(s) => f.with(s.as_bytes()),
+            Value::Array(Array::Str(v)) => v.iter().fold(f, |f, s| f.with(s.as_bytes())),
+            Value::Array(_) => f,
+            Value::U32(x) => f.with(&x.to_le_bytes()),
+            Value::U64(x) => f.with(&x.to_le_bytes()),
+            Value::F32(x) => f.with(&x.to_le_bytes()),
+            _ => f,
+        };
+    }
+    for t in &g.tensors {
+        let at = [t.ty.id() as u64, t.shard as u64, t.offset, t.n_bytes];
+        let dims = t.dims.iter().chain(&at).flat_map(|d| d.to_le_bytes());
+        f = f.with(t.name.as_bytes()).with(&dims.collect::<Vec<u8>>());
+    }
+    f.value()
 }
 
 fn not_gpu() -> Error {

@@ -18,6 +18,9 @@ use std::collections::HashMap;
 mod chain;
 mod footprint;
 mod forward;
+mod snapshot;
+
+pub use snapshot::GpuSnapshot;
 
 pub use footprint::GpuFootprint;
 use footprint::{Sizes, MAX_PENALTY_IDS};
@@ -31,6 +34,9 @@ pub struct SessionOptions {
     pub kv: KvFormat,
     /// Tokens per prefill chunk.
     pub chunk: usize,
+    /// Bytes of KV state the prefix cache may keep (other sessions' and common
+    /// prefixes'); `None`: about one KV cache at `max_context` in int8.
+    pub session_memory: Option<u64>,
     /// The CPU backend's memory: a model whose weights, KV cache at `max_context` and
     /// scratch need more is refused before its weights are read (`DeviceLimits`).
     /// The browser sets what a wasm32 instance can address; natively `None`.
@@ -44,7 +50,17 @@ impl Default for SessionOptions {
             kv: KvFormat::Int8,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         }
+    }
+}
+
+impl SessionOptions {
+    /// The prefix cache's budget for a model of config `c`.
+    pub fn snapshot_budget(&self, c: &crate::model::Config) -> u64 {
+        let context = self.max_context.min(c.context_length) as u64;
+        let default = 2 * c.n_layers as u64 * context * c.kv_dim() as u64;
+        self.session_memory.unwrap_or(default)
     }
 }
 
@@ -340,6 +356,11 @@ impl GpuSession {
     /// there is one.
     pub fn recorded_dispatches(&self, id: u64) -> Option<usize> {
         self.plans.get(&(id, Shape::Step)).map(|(p, _)| p.len())
+    }
+
+    /// Most tokens the conversation may hold.
+    pub fn max_context(&self) -> usize {
+        self.opts.max_context
     }
 
     /// Tokens in the KV cache.

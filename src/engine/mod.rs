@@ -9,6 +9,7 @@ mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
 pub mod perplexity;
+pub mod prefix_cache;
 pub mod speculate;
 mod stop;
 pub mod tools;

@@ -50,6 +50,17 @@ pub struct Prepared {
 /// Renders `messages` (with `opts.tools` offered, as `opts.tool_choice` says) and
 /// sets the response format a call needs.
 pub fn prepare(tk: &Tokenizer, messages: &[Message], opts: &GenerateOptions) -> Result<Prepared> {
+    prepare_as(tk, messages, opts, true)
+}
+
+/// As `prepare`; `open`: the assistant's turn is opened at the end (a reply follows),
+/// else the conversation ends where it does (a prefill for a reply later).
+pub fn prepare_as(
+    tk: &Tokenizer,
+    messages: &[Message],
+    opts: &GenerateOptions,
+    open: bool,
+) -> Result<Prepared> {
     let mut opts = opts.clone();
     let tools = std::mem::take(&mut opts.tools);
     check_tools(&tools)?;
@@ -60,9 +71,9 @@ pub fn prepare(tk: &Tokenizer, messages: &[Message], opts: &GenerateOptions) -> 
     if callable.is_empty() {
         // Earlier calls and results are the template's to render when it knows them.
         let ids = if history && !tk.tool_syntax().native {
-            tk.encode_chat(&fallback_messages(messages, &[]), true)?
+            tk.encode_chat(&fallback_messages(messages, &[]), open)?
         } else {
-            tk.encode_chat(messages, true)?
+            tk.encode_chat(messages, open)?
         };
         return Ok(Prepared {
             ids,
@@ -81,9 +92,9 @@ pub fn prepare(tk: &Tokenizer, messages: &[Message], opts: &GenerateOptions) -> 
     }
     let syntax = tk.tool_syntax();
     let ids = if syntax.native {
-        tk.encode_chat_tools(messages, &tools, true)?
+        tk.encode_chat_tools(messages, &tools, open)?
     } else {
-        tk.encode_chat(&fallback_messages(messages, &tools), true)?
+        tk.encode_chat(&fallback_messages(messages, &tools), open)?
     };
     let may_answer = !matches!(
         opts.tool_choice,

@@ -2,6 +2,8 @@
 //! conversation keeps for it instead of keys and values — B ⊙ x of each
 //! convolution layer's last positions.
 
+use super::Config;
+
 /// Positions of B ⊙ x a state keeps beyond what the next token needs: how far back
 /// a conversation can be cut (the tokens after a reply's end, a regenerated reply)
 /// and still continue from the cut without running everything again.
@@ -42,6 +44,26 @@ impl ConvState {
             rows: vec![Vec::new(); layers],
             lo: vec![0; layers],
         }
+    }
+
+    /// Each layer's rows and the position of its first (a saved session's state).
+    pub fn parts(&self) -> (&[Vec<f32>], &[usize]) {
+        (&self.rows, &self.lo)
+    }
+
+    /// The state `parts` gave, when it is one a conversation of `len` positions can
+    /// have under `c` (a convolution layer's rows end at `len`, other layers have none);
+    /// `None` otherwise.
+    pub fn from_parts(rows: Vec<Vec<f32>>, lo: Vec<usize>, len: usize, c: &Config) -> Option<Self> {
+        let fits = |l: usize| match c.is_conv(l) {
+            true => {
+                rows[l].len().checked_rem(c.hidden) == Some(0)
+                    && lo[l] + rows[l].len() / c.hidden == len
+            }
+            false => rows[l].is_empty() && lo[l] == 0,
+        };
+        let ok = rows.len() == c.n_layers && lo.len() == c.n_layers && (0..c.n_layers).all(fits);
+        ok.then_some(ConvState { rows, lo })
     }
 
     /// Layer `l`'s convolution of new rows `bx` at positions `pos0..` (the state

@@ -96,6 +96,8 @@ struct LoadOptions {
     /// Limits to hold the GPU to, under what it has (to try a model as a smaller
     /// device would run it).
     gpu_limits: Option<GpuLimits>,
+    /// Bytes of KV state kept for other sessions and common prefixes.
+    session_memory: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -241,6 +243,7 @@ impl Engine {
             max_context: opts.max_context.unwrap_or(2048),
             kv: opts.kv_cache.unwrap_or_default(),
             cpu_memory: Some(addressable),
+            session_memory: opts.session_memory,
             ..Default::default()
         };
         let t0 = web_time::Instant::now();
@@ -313,14 +316,61 @@ impl Engine {
     /// Starts a reply to `messages` (`[{role, content}]`) in the model's chat template;
     /// the KV cache of the previous turn is reused where the conversation matches.
     pub fn chat(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
-        let msgs = from_js::<Vec<Message>>(&messages)
-            .map(Prompt::Chat)
-            .map_err(|e| {
-                bad(format!(
-                    "messages must be [{{role, content}}] (OpenAI's shape): {e}"
-                ))
-            });
-        self.start(msgs, options, adapter)
+        self.start(chat(&messages), options, adapter)
+    }
+
+    /// Runs what the KV cache lacks of the conversation `messages` (the assistant's
+    /// turn not opened: later messages extend it); resolves to `{cachedTokens,
+    /// computedTokens}`.
+    pub fn prefill(
+        &self,
+        messages: JsValue,
+        options: JsValue,
+        adapter: JsValue,
+    ) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        promise(async move {
+            let (prompt, opts, choice) = (
+                chat(&messages)?,
+                self::options(options)?,
+                adapter_choice(&adapter)?,
+            );
+            let mut lease = Lease::take(&slot)?;
+            let done = lease.get()?.prefill(&prompt, &opts, &choice).await;
+            to_js(&done.map_err(js_err)?)
+        })
+    }
+
+    /// Tokens of the prompt that `chat(messages, options)` would run.
+    #[wasm_bindgen(js_name = countTokens)]
+    pub fn count_tokens(&self, messages: JsValue, options: JsValue) -> JsResult<f64> {
+        let (prompt, opts) = (chat(&messages)?, self::options(options)?);
+        let n = self
+            .slot
+            .with(|c| c.prepare(&prompt, &opts).map(|p| p.ids.len()))?;
+        Ok(n.map_err(js_err)? as f64)
+    }
+
+    /// The conversation `messages` as bytes (its KV cache and what computed it), for
+    /// `restore` in a later page.
+    pub fn save(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
+        let slot = self.slot.clone();
+        promise(async move {
+            let (prompt, opts, choice) = (
+                chat(&messages)?,
+                self::options(options)?,
+                adapter_choice(&adapter)?,
+            );
+            let mut lease = Lease::take(&slot)?;
+            let bytes = lease.get()?.save(&prompt, &opts, &choice).await;
+            Ok(js_sys::Uint8Array::from(&bytes.map_err(js_err)?[..]).into())
+        })
+    }
+
+    /// Holds a saved conversation's KV cache again; the tokens it holds.
+    pub fn restore(&self, bytes: &[u8]) -> JsResult<f64> {
+        let n = self.slot.with(|c| c.restore(bytes))?;
+        Ok(n.map_err(js_err)? as f64)
     }
 
     fn start(
@@ -454,6 +504,16 @@ impl Engine {
     }
 }
 
+fn chat(messages: &JsValue) -> JsResult<Prompt> {
+    from_js::<Vec<Message>>(messages)
+        .map(Prompt::Chat)
+        .map_err(|e| {
+            bad(format!(
+                "messages must be [{{role, content}}] (OpenAI's shape): {e}"
+            ))
+        })
+}
+
 #[derive(Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct Chunk {
@@ -523,6 +583,8 @@ struct Stats {
     /// The current or last reply's speculative decoding.
     speculation: crate::engine::SpeculationStats,
     gpu_bytes: crate::engine::GpuBytes,
+    /// Snapshots of KV state kept for other sessions and common prefixes.
+    prefix_cache: crate::engine::prefix_cache::PrefixStats,
     /// Heap bytes allocated now, and the most at once since the last load began.
     wasm_heap_bytes: u64,
     wasm_heap_peak_bytes: u64,
@@ -543,6 +605,7 @@ impl Stats {
             dispatches_per_token: c.dispatches_per_token().unwrap_or(0),
             speculation: u.speculation,
             gpu_bytes: c.gpu_bytes(),
+            prefix_cache: c.prefix_stats(),
             ..Stats::default()
         }
     }
@@ -585,6 +648,8 @@ struct Info<'a> {
     subgroups: bool,
     max_storage_buffer_binding_size: u64,
     max_buffer_size: u64,
+    /// Most tokens a conversation may hold.
+    context_window: usize,
 }
 
 impl<'a> Info<'a> {
@@ -607,6 +672,7 @@ impl<'a> Info<'a> {
             subgroups: false,
             max_storage_buffer_binding_size: 0,
             max_buffer_size: 0,
+            context_window: core.context_window(),
         })
     }
 
@@ -624,6 +690,7 @@ impl<'a> Info<'a> {
             // What Pippin binds: the device's limit, or less where `gpuLimits` asked.
             max_storage_buffer_binding_size: g.max_binding(),
             max_buffer_size: g.limits.max_buffer_size,
+            context_window: core.context_window(),
         })
     }
 }

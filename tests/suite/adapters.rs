@@ -75,6 +75,7 @@ fn session() -> GpuSession {
             kv: KvFormat::F32,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap()

@@ -181,6 +181,7 @@ fn gpu_model(family: &str) -> (GpuModel, SessionOptions) {
         kv: KvFormat::F32,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     (m, opts)
 }

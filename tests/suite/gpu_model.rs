@@ -40,6 +40,7 @@ fn session(kv: KvFormat, chunk: usize) -> GpuSession {
             kv,
             chunk,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap()
@@ -66,6 +67,7 @@ fn teacher_forced_like_the_cpu(m: &GpuModel, fused: bool) {
         kv: KvFormat::F32,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     let mut gpu = GpuSession::new(m, opts).unwrap();
     gpu.set_fused(fused);
@@ -212,6 +214,7 @@ fn context_overflow_is_an_error_and_the_session_stays_usable() {
             kv: KvFormat::Int8,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap();
@@ -270,6 +273,7 @@ fn streamed_upload_in_odd_chunks_gives_the_same_model() {
             kv: KvFormat::F32,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap();
@@ -320,6 +324,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
             kv: KvFormat::Int8,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap();
@@ -339,6 +344,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
             kv: KvFormat::Int8,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         },
     )
     .unwrap();
@@ -364,6 +370,7 @@ fn decode_steps_create_nothing_and_equal_the_immediate_path() {
         kv: KvFormat::F32,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     let mut s = GpuSession::new(m, opts).unwrap();
     s.warm(m).unwrap();
@@ -425,6 +432,7 @@ fn a_load_compiles_every_pipeline_from_the_header() {
         kv: KvFormat::Int8,
         chunk: 16,
         cpu_memory: None,
+        session_memory: None,
     };
     let m = common::precompiled_load(&model_path(), &opts);
     let greedy = |m: &GpuModel| {

@@ -414,6 +414,7 @@ fn gpu_masks_pick_what_the_cpu_mask_picks() {
             kv: KvFormat::F32,
             chunk: 64,
             cpu_memory: None,
+            session_memory: None,
         };
         GpuSession::new(m, o).unwrap()
     };

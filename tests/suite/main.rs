@@ -27,6 +27,7 @@ mod pipelined;
 mod real_models_cpu;
 mod real_models_gpu;
 mod reference_model;
+mod sessions;
 mod speculation;
 mod speculation_gpu;
 mod split_files;

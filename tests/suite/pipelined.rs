@@ -37,6 +37,7 @@ fn session(max_context: usize) -> GpuSession {
         kv: KvFormat::Int8,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     GpuSession::new(&model().0, opts).unwrap()
 }

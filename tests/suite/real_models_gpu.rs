@@ -33,6 +33,7 @@ fn session(m: &GpuModel, kv: KvFormat, chunk: usize) -> GpuSession {
         kv,
         chunk,
         cpu_memory: None,
+        session_memory: None,
     };
     GpuSession::new(m, opts).unwrap()
 }
@@ -219,6 +220,7 @@ fn sliding_window_ring_cache_gives_the_full_cache_logits() {
             kv,
             chunk: 8,
             cpu_memory: None,
+            session_memory: None,
         };
         let (g, _) = Gguf::open(&path).unwrap();
         let f = GpuFootprint::check(&g, &r.config, &so, m.gpu.max_binding()).unwrap();
@@ -282,6 +284,7 @@ fn decode_plans_on_both_sides_of_the_one_pass_limit() {
         kv: KvFormat::F32,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     let mut s = GpuSession::new(&m, opts).unwrap();
     let mut b = GpuBackend::new(&m, &mut s);

@@ -38,6 +38,7 @@ fn session(m: &GpuModel, kv: KvFormat) -> GpuSession {
         kv,
         chunk: 64,
         cpu_memory: None,
+        session_memory: None,
     };
     GpuSession::new(m, opts).unwrap()
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_guided;
+mod bench_sessions;
 mod bench_speculation;
 mod quality;
 
@@ -439,7 +440,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
 /// the guided and speculative replies (chat prompts and up to `SPECULATED` tokens).
 fn bench_session(prompt: usize, steps: usize, kv: KvFormat) -> SessionOptions {
     SessionOptions {
-        max_context: (prompt + steps + 1).max(384),
+        max_context: (prompt + steps + 1).max(1024),
         kv,
         ..Default::default()
     }
@@ -473,10 +474,12 @@ fn run_bench(
     let figures = bench::figures(&mut engine, path, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
     let speculation = speculation(&mut engine, path)?;
+    let prefix = bench_sessions::prefix_cache(&mut engine)?;
     if json {
         let mut v = figures.to_json();
         v["guided"] = guided.to_json();
         v["speculation"] = speculation.iter().map(|t| t.to_json()).collect();
+        v["prefix_cache"] = prefix.to_json();
         v["memory"] = memory;
         v["load"] = load;
         v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
@@ -517,6 +520,7 @@ fn run_bench(
     for t in &speculation {
         println!("{t}");
     }
+    println!("{prefix}");
     println!("memory: {memory}");
     println!("load: {load}");
     Ok(())
@@ -542,6 +546,7 @@ fn run_bench_cpu(
     let (prefill, decode) = bench::cpu_model(&mut engine, prompt, steps)?;
     let guided = bench_guided::guided(&mut engine, 48)?;
     let mut speculation = speculation(&mut engine, path)?;
+    let prefix = bench_sessions::prefix_cache(&mut engine)?;
     if let Some(d) = draft {
         engine.set_draft(pollster::block_on(Engine::load_file_cpu(d, so))?)?;
         speculation.extend(self::speculation(&mut engine, path)?);
@@ -555,6 +560,7 @@ fn run_bench_cpu(
             "decode_tokens_per_s": decode,
             "guided": guided.to_json(),
             "speculation": speculation.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
+            "prefix_cache": prefix.to_json(),
             "memory": {"load_heap_peak_bytes": peak, "heap_after_load_bytes": live},
         });
         println!("{v:#}");
@@ -570,6 +576,7 @@ fn run_bench_cpu(
     for t in &speculation {
         println!("{t}");
     }
+    println!("{prefix}");
     Ok(())
 }
 

@@ -2,6 +2,8 @@
 //! KV head), as the GPU's default cache (`KvFormat::Int8`), or f32 (`KvCache`, the
 //! reference's). Both grow with the conversation.
 
+use crate::engine::prefix_cache::{damaged, Reader, Writer};
+use crate::error::Result;
 use crate::model::reference::{softmax, AttnShape, KvStore};
 use crate::model::short_conv::ConvState;
 use crate::model::{Config, KvCache};
@@ -10,7 +12,7 @@ use crate::quant::kv::KvFormat;
 
 /// One layer's keys and values, `[position][kv head][head dim]`, and their scales
 /// `[position][kv head]`.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Layer8 {
     k: Vec<i8>,
     v: Vec<i8>,
@@ -18,6 +20,7 @@ struct Layer8 {
     vs: Vec<f32>,
 }
 
+#[derive(Clone)]
 pub struct Int8Kv {
     layers: Vec<Layer8>,
     /// Convolution layers' state (LFM2), in f32: a few rows a layer.
@@ -150,6 +153,7 @@ impl KvStore for Int8Kv {
 
 /// A conversation's keys and values in the format asked for: f32, or int8 for every
 /// quantized format (the CPU has no int4/f16 cache).
+#[derive(Clone)]
 pub enum Cache {
     F32(KvCache),
     Int8(Int8Kv),
@@ -172,6 +176,14 @@ impl Cache {
         }
     }
 
+    /// Positions held.
+    pub fn positions(&self) -> usize {
+        match self {
+            Cache::F32(c) => c.len,
+            Cache::Int8(c) => c.len,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         match self {
             Cache::F32(c) => {
@@ -181,4 +193,96 @@ impl Cache {
             Cache::Int8(c) => c.bytes(),
         }
     }
+}
+
+/// A saved session's keys and values, as `Cache::write` lays them out: per layer K, V
+/// (and int8's scales), then the convolution state.
+impl Cache {
+    pub fn write(&self, w: &mut Writer) {
+        let conv = match self {
+            Cache::F32(c) => {
+                w.u64(c.len as u64);
+                for (k, v) in c.k.iter().zip(&c.v) {
+                    w.bytes(bytemuck::cast_slice(k));
+                    w.bytes(bytemuck::cast_slice(v));
+                }
+                &c.conv
+            }
+            Cache::Int8(c) => {
+                w.u64(c.len as u64);
+                for l in &c.layers {
+                    w.bytes(bytemuck::cast_slice(&l.k));
+                    w.bytes(bytemuck::cast_slice(&l.v));
+                    w.bytes(bytemuck::cast_slice(&l.ks));
+                    w.bytes(bytemuck::cast_slice(&l.vs));
+                }
+                &c.conv
+            }
+        };
+        let (rows, lo) = conv.parts();
+        for (r, &lo) in rows.iter().zip(lo) {
+            w.u64(lo as u64);
+            w.bytes(bytemuck::cast_slice(r));
+        }
+    }
+
+    /// What `write` wrote for a cache of `format` under `c`, checked to be one a
+    /// conversation of that model can hold (anything else is a damaged save).
+    pub fn read(r: &mut Reader, c: &Config, format: KvFormat) -> Result<Cache> {
+        let len = usize::try_from(r.u64()?).map_err(|_| damaged())?;
+        let (rows, kv) = (
+            len.checked_mul(c.n_kv_heads).ok_or_else(damaged)?,
+            c.kv_dim(),
+        );
+        let values = len.checked_mul(kv).ok_or_else(damaged)?;
+        let sized = |v: Vec<f32>, n: usize| (v.len() == n).then_some(v).ok_or_else(damaged);
+        let mut cache = Cache::new(c, format);
+        match &mut cache {
+            Cache::F32(kc) => {
+                for l in 0..c.n_layers {
+                    let n = if c.is_conv(l) { 0 } else { values };
+                    kc.k[l] = sized(floats(r.bytes()?)?, n)?;
+                    kc.v[l] = sized(floats(r.bytes()?)?, n)?;
+                }
+                kc.len = len;
+            }
+            Cache::Int8(kc) => {
+                for (i, l) in kc.layers.iter_mut().enumerate() {
+                    let conv = c.is_conv(i);
+                    let (k, v) = (r.bytes()?, r.bytes()?);
+                    if [k.len(), v.len()] != [if conv { 0 } else { values }; 2] {
+                        return Err(damaged());
+                    }
+                    l.k = bytemuck::cast_slice(k).to_vec();
+                    l.v = bytemuck::cast_slice(v).to_vec();
+                    l.ks = sized(floats(r.bytes()?)?, if conv { 0 } else { rows })?;
+                    l.vs = sized(floats(r.bytes()?)?, if conv { 0 } else { rows })?;
+                }
+                kc.len = len;
+            }
+        }
+        let (mut rows, mut lo) = (Vec::new(), Vec::new());
+        for _ in 0..c.n_layers {
+            lo.push(usize::try_from(r.u64()?).map_err(|_| damaged())?);
+            rows.push(floats(r.bytes()?)?);
+        }
+        let conv = ConvState::from_parts(rows, lo, len, c).ok_or_else(damaged)?;
+        match &mut cache {
+            Cache::F32(kc) => kc.conv = conv,
+            Cache::Int8(kc) => kc.conv = conv,
+        }
+        if !r.is_empty() {
+            return Err(damaged());
+        }
+        Ok(cache)
+    }
+}
+
+fn floats(b: &[u8]) -> Result<Vec<f32>> {
+    if !b.len().is_multiple_of(4) {
+        return Err(damaged());
+    }
+    Ok(b.chunks_exact(4)
+        .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect())
 }

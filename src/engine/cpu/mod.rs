@@ -11,6 +11,7 @@ mod load;
 pub mod matrix;
 pub mod team;
 
+use super::prefix_cache::{Reader, Writer};
 use super::{Backend, Logits, Want};
 use crate::adapters::Adapter;
 use crate::error::{Error, Result};
@@ -91,6 +92,68 @@ impl CpuState {
     /// Bytes of the KV cache (keys, values and their scales, of every layer).
     pub fn kv_bytes(&self) -> u64 {
         self.cache.as_ref().map_or(0, Cache::bytes)
+    }
+
+    /// The tokens held and the adapter they were run with.
+    pub fn held(&self) -> (&[u32], u64) {
+        (&self.tokens, self.adapter)
+    }
+
+    /// A copy of the KV cache (the prefix cache's snapshot).
+    pub fn snapshot(&self) -> CpuSnapshot {
+        CpuSnapshot(self.cache.clone())
+    }
+
+    /// Holds `s` again: the keys and values of `tokens` under adapter `adapter`.
+    pub fn restore(&mut self, s: &CpuSnapshot, tokens: &[u32], adapter: u64) {
+        self.cache = s.0.clone();
+        self.tokens = tokens.to_vec();
+        self.adapter = adapter;
+    }
+
+    /// The KV cache's bytes for a saved session (`Cache::write`).
+    pub fn write_state(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        if let Some(c) = &self.cache {
+            c.write(&mut w);
+        }
+        w.0
+    }
+
+    /// Holds the saved keys and values `bytes` of `tokens` under `adapter`.
+    pub fn read_state(
+        &mut self,
+        bytes: &[u8],
+        tokens: &[u32],
+        adapter: u64,
+        c: &crate::model::Config,
+    ) -> Result<()> {
+        let cache = match bytes.is_empty() {
+            true => None,
+            false => Some(Cache::read(&mut Reader::new(bytes), c, self.format)?),
+        };
+        let len = cache.as_ref().map_or(0, Cache::positions);
+        if len != tokens.len() {
+            return Err(crate::engine::prefix_cache::damaged());
+        }
+        self.cache = cache;
+        self.tokens = tokens.to_vec();
+        self.adapter = adapter;
+        Ok(())
+    }
+
+    /// The KV cache's format (what a saved session must match).
+    pub fn format(&self) -> KvFormat {
+        self.format
+    }
+}
+
+/// A copy of a CPU conversation's KV cache.
+pub struct CpuSnapshot(Option<Cache>);
+
+impl CpuSnapshot {
+    pub fn bytes(&self) -> u64 {
+        self.0.as_ref().map_or(0, Cache::bytes)
     }
 }
 

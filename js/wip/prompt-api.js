@@ -1,0 +1,291 @@
+// `pippin/prompt-api`: Chrome's built-in Prompt API (`LanguageModel`) for every browser,
+// backed by a Pippin model the app names once. Code written against Chrome's documented
+// API runs unchanged: `installPolyfill({ model: url })` defines `globalThis.LanguageModel`
+// where the browser has none, and the model loads on the first `create()`.
+//
+// A thin layer over Pippin's sessions (session.js): the shapes and errors of the
+// Prompt API (DOMExceptions named as the spec names them) are translated here, nothing
+// is decided here that sessions do not already do.
+import { PippinError } from "./errors.js";
+
+const TEXT_ONLY = ["text"];
+/** What `params()` answers: Chrome's defaults (topK 1 is greedy). */
+const PARAMS = { defaultTopK: 3, maxTopK: 64, defaultTemperature: 1, maxTemperature: 2 };
+
+function domError(name, message) {
+  return new DOMException(message, name);
+}
+
+/** Pippin's errors as the Prompt API throws them. */
+function asDom(e, signal) {
+  if (signal?.aborted) return signal.reason ?? domError("AbortError", "the operation was aborted");
+  if (!(e instanceof PippinError)) return e;
+  const name = {
+    ContextFull: "QuotaExceededError",
+    Aborted: "AbortError",
+    Disposed: "InvalidStateError",
+    Busy: "InvalidStateError",
+    BadOptions: "NotSupportedError",
+    Download: "NetworkError",
+  }[e.code];
+  return name ? domError(name, e.message) : e;
+}
+
+/** `expectedInputs` / `expectedOutputs` of a type other than text: not supported. */
+function unsupported(o = {}) {
+  const types = [...(o.expectedInputs ?? []), ...(o.expectedOutputs ?? [])].map((x) => x?.type);
+  return types.find((t) => !TEXT_ONLY.includes(t));
+}
+
+/** A message's content as text (a string, or `[{ type: "text", value }]`). */
+function textOf(content) {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((p) => {
+        if (p?.type !== "text") throw domError("NotSupportedError", `input of type ${JSON.stringify(p?.type)} is not supported: text only`);
+        return String(p.value);
+      })
+      .join("");
+  }
+  throw domError("TypeError", "a message's content is a string or [{ type: \"text\", value }]");
+}
+
+/** A prompt's input as Pippin messages. */
+function messagesOf(input) {
+  if (typeof input === "string") return [{ role: "user", content: input }];
+  if (!Array.isArray(input)) throw domError("TypeError", "the input is a string or an array of messages");
+  return input.map((m) => ({ role: m.role ?? "user", content: textOf(m.content) }));
+}
+
+/** `responseConstraint`: a JSON Schema object or a RegExp, as Pippin's responseFormat. */
+function formatOf(c) {
+  if (c === undefined || c === null) return undefined;
+  if (c instanceof RegExp) return { type: "regex", pattern: c.source };
+  if (typeof c === "object" || typeof c === "boolean") return { type: "json_schema", schema: c };
+  throw domError("TypeError", "responseConstraint is a JSON Schema or a RegExp");
+}
+
+/** The input with the constraint said in words (the Prompt API's default). */
+function withConstraint(messages, c, omit) {
+  if (c === undefined || c === null || omit) return messages;
+  const said = c instanceof RegExp ? `Answer with text that matches the regular expression ${c}.` : `Answer with JSON that matches this JSON Schema: ${JSON.stringify(c)}`;
+  const last = messages.at(-1);
+  return [...messages.slice(0, -1), { ...last, content: `${last.content}\n\n${said}` }];
+}
+
+function sampling(o) {
+  const topK = o.topK ?? PARAMS.defaultTopK;
+  const temperature = o.temperature ?? PARAMS.defaultTemperature;
+  if (!(Number.isInteger(topK) && topK >= 1)) throw domError("RangeError", `topK must be an integer of at least 1, not ${topK}`);
+  if (!(temperature >= 0)) throw domError("RangeError", `temperature must be at least 0, not ${temperature}`);
+  // topK 1 is greedy whatever the temperature.
+  return { topK, temperature: topK === 1 ? 0 : temperature };
+}
+
+/** A Prompt API session over a Pippin session. */
+function sessionClass(modelOf) {
+  return class LanguageModel extends EventTarget {
+    #s;
+    #sampling;
+    oncontextoverflow = null;
+
+    constructor(session, sampling) {
+      super();
+      this.#s = session;
+      this.#sampling = sampling;
+      session.addEventListener("contextoverflow", () => {
+        const e = new Event("contextoverflow");
+        this.oncontextoverflow?.(e);
+        this.onquotaoverflow?.(e);
+        this.dispatchEvent(e);
+      });
+    }
+
+    static async availability(options = {}) {
+      if (unsupported(options)) return "unavailable";
+      return modelOf.state();
+    }
+
+    static async params() {
+      return { ...PARAMS };
+    }
+
+    static async create(options = {}) {
+      const signal = options.signal;
+      const bad = unsupported(options);
+      if (bad) throw domError("NotSupportedError", `input or output of type ${JSON.stringify(bad)} is not supported: text only`);
+      if (signal?.aborted) throw asDom(null, signal);
+      const s = sampling(options);
+      const monitor = new EventTarget();
+      options.monitor?.(monitor);
+      try {
+        const llm = await modelOf.load(monitor, signal);
+        const messages = messagesOf(options.initialPrompts ?? []);
+        if (messages.slice(1).some((m) => m.role === "system")) throw domError("TypeError", "a system prompt may only come first");
+        const session = await llm.createSession({ messages, ...s, maxTokens: 1 << 20, overflow: "drop-oldest" });
+        if (signal?.aborted) throw asDom(null, signal);
+        return new LanguageModel(session, s);
+      } catch (e) {
+        throw asDom(e, signal);
+      }
+    }
+
+    get topK() {
+      return this.#sampling.topK;
+    }
+    get temperature() {
+      return this.#sampling.temperature;
+    }
+    get contextUsage() {
+      return this.#s.contextUsage;
+    }
+    get contextWindow() {
+      return this.#s.contextWindow;
+    }
+    // The names of Chrome's earlier releases.
+    get inputUsage() {
+      return this.contextUsage;
+    }
+    get inputQuota() {
+      return this.contextWindow;
+    }
+
+    #options(o = {}) {
+      const f = formatOf(o.responseConstraint);
+      return { ...(f && { responseFormat: f }), ...(o.signal && { signal: o.signal }) };
+    }
+
+    async prompt(input, options = {}) {
+      let text = "";
+      const reader = this.promptStreaming(input, options).getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return text;
+        text += value;
+      }
+    }
+
+    /** A ReadableStream of text pieces (async iterable, as Chrome's). */
+    promptStreaming(input, options = {}) {
+      const signal = options.signal;
+      let it;
+      const stream = new ReadableStream({
+        start: () => {
+          try {
+            if (signal?.aborted) throw asDom(null, signal);
+            const messages = withConstraint(messagesOf(input), options.responseConstraint, options.omitResponseConstraintInput);
+            it = this.#s.promptStreaming(messages, this.#options(options))[Symbol.asyncIterator]();
+          } catch (e) {
+            throw asDom(e, signal);
+          }
+        },
+        pull: async (controller) => {
+          try {
+            const { value, done } = await it.next();
+            if (done) return controller.close();
+            if (value.done && value.finishReason === "abort") throw asDom(null, signal);
+            if (value.text) controller.enqueue(value.text);
+          } catch (e) {
+            controller.error(asDom(e, signal));
+          }
+        },
+        cancel: () => it?.return(),
+      });
+      stream[Symbol.asyncIterator] ??= async function* () {
+        const reader = stream.getReader();
+        try {
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) return;
+            yield value;
+          }
+        } finally {
+          reader.releaseLock();
+        }
+      };
+      return stream;
+    }
+
+    async append(input, options = {}) {
+      try {
+        if (options.signal?.aborted) throw asDom(null, options.signal);
+        await this.#s.append(messagesOf(input));
+      } catch (e) {
+        throw asDom(e, options.signal);
+      }
+    }
+
+    async measureContextUsage(input, options = {}) {
+      const messages = withConstraint(messagesOf(input), options.responseConstraint, options.omitResponseConstraintInput);
+      return (await this.#s.measureContextUsage(messages, this.#options(options))) - this.#s.contextUsage;
+    }
+
+    measureInputUsage(input, options) {
+      return this.measureContextUsage(input, options);
+    }
+
+    async clone(options = {}) {
+      if (options.signal?.aborted) throw asDom(null, options.signal);
+      return new LanguageModel(await this.#s.clone(), this.#sampling);
+    }
+
+    destroy() {
+      this.#s.destroy();
+    }
+  };
+}
+
+/**
+ * Defines `globalThis.LanguageModel` (where the browser has none, or always with
+ * `force: true`) backed by the GGUF model at `model`, loaded with the other options as
+ * `Pippin.load` takes them on the first `create()`; `worker: true` runs it in a Web
+ * Worker (pippin/worker). Returns the class.
+ */
+export function installPolyfill(options = {}) {
+  const { model, force = false, worker = false, ...load } = options;
+  if (!model) throw new PippinError("BadOptions", "installPolyfill needs { model: the URL of a GGUF file }");
+  let llm = null;
+  let loading = null;
+  const monitors = new Set();
+  const modelOf = {
+    async state() {
+      if (llm) return "available";
+      if (loading) return "downloading";
+      const { Pippin } = await import("./index.js");
+      const cached = await Pippin.cached().catch(() => []);
+      const url = new URL(String(model), globalThis.location?.href).href;
+      return cached.some((c) => c.url === url) ? "available" : "downloadable";
+    },
+    async load(monitor, signal) {
+      monitors.add(monitor);
+      const progress = (p) => {
+        if (p.phase !== "download" && p.phase !== "upload" && p.phase !== "ready") return;
+        for (const m of monitors) {
+          const e = new Event("downloadprogress");
+          e.loaded = p.phase === "ready" ? 1 : p.fraction;
+          e.total = 1;
+          m.dispatchEvent(e);
+        }
+      };
+      try {
+        loading ??= import(worker ? "./worker.js" : "./index.js")
+          .then(({ Pippin }) => Pippin.load(model, { ...load, onProgress: progress }))
+          .then((l) => (llm = l))
+          .catch((e) => {
+            loading = null;
+            throw e;
+          });
+        const abort = new Promise((_, reject) => signal?.addEventListener("abort", () => reject(asDom(null, signal))));
+        return await (signal ? Promise.race([loading, abort]) : loading);
+      } finally {
+        monitors.delete(monitor);
+      }
+    },
+  };
+  const LanguageModel = sessionClass(modelOf);
+  if (force || !globalThis.LanguageModel) globalThis.LanguageModel = LanguageModel;
+  return LanguageModel;
+}
+
+export default installPolyfill;
