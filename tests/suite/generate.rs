@@ -169,6 +169,11 @@ fn cli_bench_on_the_cpu_backend() {
     assert!(v["memory"]["heap_after_load_bytes"]
         .as_u64()
         .is_some_and(|b| b > 90_000_000));
+    // The prefix cache's figure: the long system prompt cached, not run again.
+    let p = &v["prefix_cache"];
+    assert_eq!(p["same_text"], true, "{p}");
+    let cached = |side: &str| p[side]["cached_tokens"].as_u64().unwrap_or(0);
+    assert!(cached("with_prefix_cache") > cached("without") + 400, "{p}");
 }
 
 #[test]
