@@ -330,11 +330,7 @@ impl Engine {
     ) -> js_sys::Promise {
         let slot = self.slot.clone();
         promise(async move {
-            let (prompt, opts, choice) = (
-                chat(&messages)?,
-                self::options(options)?,
-                adapter_choice(&adapter)?,
-            );
+            let (prompt, opts, choice) = request(&messages, options, &adapter)?;
             let mut lease = Lease::take(&slot)?;
             let done = lease.get()?.prefill(&prompt, &opts, &choice).await;
             to_js(&done.map_err(js_err)?)
@@ -356,11 +352,7 @@ impl Engine {
     pub fn save(&self, messages: JsValue, options: JsValue, adapter: JsValue) -> js_sys::Promise {
         let slot = self.slot.clone();
         promise(async move {
-            let (prompt, opts, choice) = (
-                chat(&messages)?,
-                self::options(options)?,
-                adapter_choice(&adapter)?,
-            );
+            let (prompt, opts, choice) = request(&messages, options, &adapter)?;
             let mut lease = Lease::take(&slot)?;
             let bytes = lease.get()?.save(&prompt, &opts, &choice).await;
             Ok(js_sys::Uint8Array::from(&bytes.map_err(js_err)?[..]).into())
@@ -502,6 +494,19 @@ impl Engine {
         self.slot.disposed.set(true);
         Ok(())
     }
+}
+
+/// A chat call's arguments: its messages, generation options and adapter.
+fn request(
+    messages: &JsValue,
+    options: JsValue,
+    adapter: &JsValue,
+) -> JsResult<(Prompt, GenerateOptions, AdapterChoice)> {
+    Ok((
+        chat(messages)?,
+        self::options(options)?,
+        adapter_choice(adapter)?,
+    ))
 }
 
 fn chat(messages: &JsValue) -> JsResult<Prompt> {
