@@ -12,7 +12,8 @@ import { fileURLToPath } from "node:url";
 import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 import { serve } from "./serve.mjs";
-import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore} from "./sessions.mjs";
+import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
+import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -909,10 +910,24 @@ test("pippin/worker: sessions as in pippin, without a prefix cache the same text
   assert.equal(r.tooLong, "ContextFull");
 });
 
+test("pippin/prompt-api: an app written against Chrome's Prompt API runs unchanged on the polyfill, in pippin and pippin/worker", async () => {
+  for (const worker of [false, true]) {
+    // A page of its own: the polyfill's model is the page's until it closes.
+    const p = await browser.newPage();
+    try {
+      await p.goto(`${base}/pkg-tests/app.html`);
+      await p.waitForFunction(() => window.ready);
+      checkPromptApi(await p.evaluate(promptApiApp, [MODEL, worker]));
+    } finally {
+      await p.close();
+    }
+  }
+});
+
 test("npm pack ships the whole package", () => {
   const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
   const files = JSON.parse(out)[0].files.map((f) => f.path);
-  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "session.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm", "pippin_guided.js", "pippin_guided_bg.wasm"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "session.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "prompt-api.js", "prompt-api.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm", "pippin_guided.js", "pippin_guided_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
 });

@@ -1,7 +1,8 @@
 // The built package in Firefox (Debian's firefox-esr, headless, driven over WebDriver
 // BiDi by puppeteer-core): no WebGPU there on Linux, so the CPU backend runs the model.
-// Sessions through both entries and a saved session restored in a new page: the same
-// page code and checks as the Chromium tests (sessions.mjs).
+// Sessions through both entries, a saved session restored in a new page and the Prompt
+// API polyfill: the same page code and checks as the Chromium tests (sessions.mjs,
+// prompt-api.mjs).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -9,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import puppeteer from "puppeteer-core";
 import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
+import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -68,4 +70,15 @@ test("Firefox: pippin/worker sessions write what pippin's do", async () => {
   }, [MODEL, sessionRun.toString(), SYSTEM]);
   checkSessions(r);
   for (const k of ["first", "cloned", "afterAppend", "next"]) assert.equal(r[k], saved[k], `${k}: the same text in both entries`);
+});
+
+test("Firefox: an app written against Chrome's Prompt API runs unchanged on pippin/prompt-api, in pippin and pippin/worker", async () => {
+  for (const worker of [false, true]) {
+    const p = await open();
+    try {
+      checkPromptApi(await p.evaluate(promptApiApp, [MODEL, worker]));
+    } finally {
+      await p.close();
+    }
+  }
 });

@@ -18,7 +18,7 @@ export type LanguageModelPrompt = string | LanguageModelMessage[];
 
 export interface LanguageModelCreateOptions {
   initialPrompts?: LanguageModelMessage[];
-  /** Both or neither; `topK: 1` is greedy. Defaults: `params()`. */
+  /** `topK: 1` is greedy whatever the temperature. Defaults: `params()`. */
   topK?: number;
   temperature?: number;
   signal?: AbortSignal;
@@ -48,6 +48,8 @@ export declare class LanguageModel extends EventTarget {
   readonly inputQuota: number;
   /** Older turns were dropped so the next prompt fits. */
   oncontextoverflow: ((e: Event) => void) | null;
+  /** The same event under Chrome's earlier name. */
+  onquotaoverflow: ((e: Event) => void) | null;
   prompt(input: LanguageModelPrompt, options?: LanguageModelPromptOptions): Promise<string>;
   promptStreaming(input: LanguageModelPrompt, options?: LanguageModelPromptOptions): ReadableStream<string> & AsyncIterable<string>;
   append(input: LanguageModelPrompt, options?: { signal?: AbortSignal }): Promise<void>;

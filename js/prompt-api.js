@@ -89,16 +89,19 @@ function sessionClass(modelOf) {
     #s;
     #sampling;
     oncontextoverflow = null;
+    onquotaoverflow = null;
 
     constructor(session, sampling) {
       super();
       this.#s = session;
       this.#sampling = sampling;
+      // Said under both names: Chrome's first releases called it `quotaoverflow`.
       session.addEventListener("contextoverflow", () => {
-        const e = new Event("contextoverflow");
-        this.oncontextoverflow?.(e);
-        this.onquotaoverflow?.(e);
-        this.dispatchEvent(e);
+        for (const name of ["contextoverflow", "quotaoverflow"]) {
+          const e = new Event(name);
+          this[`on${name}`]?.(e);
+          this.dispatchEvent(e);
+        }
       });
     }
 
@@ -180,12 +183,16 @@ function sessionClass(modelOf) {
             throw asDom(e, signal);
           }
         },
+        // Each pull enqueues a piece or closes: a pull that does neither is not called
+        // again, and a reader waiting on it would wait forever (its promise collected).
         pull: async (controller) => {
           try {
-            const { value, done } = await it.next();
-            if (done) return controller.close();
-            if (value.done && value.finishReason === "abort") throw asDom(null, signal);
-            if (value.text) controller.enqueue(value.text);
+            for (;;) {
+              const { value, done } = await it.next();
+              if (done) return controller.close();
+              if (value.done && value.finishReason === "abort") throw asDom(null, signal);
+              if (value.text) return controller.enqueue(value.text);
+            }
           } catch (e) {
             controller.error(asDom(e, signal));
           }

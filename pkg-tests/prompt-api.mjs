@@ -1,12 +1,16 @@
-// The page test of prompt-api.js (see README.md), kept with it until it passes.
+// Page code and checks of pippin/prompt-api shared by the Chromium (app.test.mjs) and
+// Firefox (firefox.test.mjs) tests: an app written against Chrome's documented Prompt
+// API, run unchanged on the polyfill.
 import assert from "node:assert/strict";
 
-/** In a page: an app written against Chrome's documented Prompt API, on the polyfill. */
-export async function promptApiApp(url) {
+/** In a page: an app written against Chrome's documented Prompt API, on the polyfill
+ * (`worker`: in pippin/worker). */
+export async function promptApiApp([url, worker]) {
+  const { installPolyfill } = await import("pippin/prompt-api");
   const before = typeof globalThis.LanguageModel;
-  const LM = installPolyfill({ model: url, cache: false });
+  const LM = installPolyfill({ model: url, cache: false, worker });
   const installed = globalThis.LanguageModel === LM || before !== "undefined";
-  installPolyfill({ model: url, cache: false, force: true });
+  installPolyfill({ model: url, cache: false, worker, force: true });
   // From here on, as Chrome's documentation writes it.
   const availability = await LanguageModel.availability();
   const progress = [];
