@@ -164,6 +164,28 @@ export interface GenerateOptions {
    * for token, seeded sampling included; replies that copy from their input come faster.
    */
   speculation?: "auto" | "on" | "off";
+  /**
+   * Each token's log-probability (the model's: the log-softmax of its logits over the
+   * whole vocabulary, before `logitBias`, the penalty, the temperature and a
+   * `responseFormat`) with the `logprobs` (0 to 20) most likely tokens at its
+   * position, on each chunk as `logprobs`. The backend then returns every logit a
+   * step (on the GPU: read back, no pipelined steps); the text is the same.
+   */
+  logprobs?: number;
+  /** Added to these tokens' logits before sampling: `{ [tokenId]: -100 to 100 }`
+   * (-100 bans a token, 100 all but forces it), as OpenAI's `logit_bias`. */
+  logitBias?: Record<number, number>;
+}
+
+/** A generated token's log-probability (see `GenerateOptions.logprobs`). */
+export interface TokenLogprob {
+  tokenId: number;
+  /** Its text (a partial character reads as U+FFFD; `bytes` are exact). */
+  token: string;
+  bytes: number[];
+  logprob: number;
+  /** Most likely first. */
+  topLogprobs: { tokenId: number; token: string; bytes: number[]; logprob: number }[];
 }
 
 /**
@@ -219,7 +241,23 @@ export interface ChatCompletionCreateParams {
   adapter?: string | null;
   /** Pippin's: speculative decoding (see GenerateOptions). */
   speculation?: "auto" | "on" | "off";
+  /** Each token's log-probability on `choices[0].logprobs.content`; `top_logprobs`
+   * (0 to 20) alternatives with each. */
+  logprobs?: boolean | null;
+  top_logprobs?: number | null;
+  /** Token id (as a string key) to a bias from -100 to 100. */
+  logit_bias?: Record<string, number> | null;
 }
+
+/** OpenAI's log-probability of a token (`top_logprobs` without their own). */
+export interface ChatCompletionTokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs: { token: string; logprob: number; bytes: number[] | null }[];
+}
+
+export type ChatCompletionLogprobs = { content: ChatCompletionTokenLogprob[] | null; refusal: null } | null;
 
 export type FinishReasonOpenAI = "stop" | "length" | "tool_calls" | "abort";
 
@@ -238,7 +276,7 @@ export interface ChatCompletion {
     index: 0;
     message: { role: "assistant"; content: string | null; tool_calls?: ChatCompletionMessageToolCall[] };
     finish_reason: FinishReasonOpenAI;
-    logprobs: null;
+    logprobs: ChatCompletionLogprobs;
   }[];
   usage: CompletionUsage;
 }
@@ -252,7 +290,7 @@ export interface ChatCompletionChunk {
     index: 0;
     delta: { role?: "assistant"; content?: string; tool_calls?: (ChatCompletionMessageToolCall & { index: number })[] };
     finish_reason: FinishReasonOpenAI | null;
-    logprobs: null;
+    logprobs: ChatCompletionLogprobs;
   }[];
   /** On the last chunk. */
   usage?: CompletionUsage;
@@ -302,7 +340,7 @@ export interface SpeculationStats {
 }
 
 export type Chunk =
-  | { text: string; tokenId: number; done: false }
+  | { text: string; tokenId: number; done: false; /** With `logprobs`: this piece's tokens. */ logprobs?: TokenLogprob[] }
   | { text: ""; done: true; finishReason: "stop" | "length" | "abort" | "tool_calls"; usage: Usage; toolCalls?: ToolCall[] };
 
 /** A call the model made: arguments as an object (valid under the tool's schema). */

@@ -442,7 +442,7 @@ async function adapterBytes(src, onProgress, what) {
 
 function generationOptions(o = {}) {
   const out = {};
-  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation"]) {
+  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation", "logprobs", "logitBias"]) {
     if (o[k] !== undefined) out[k] = o[k];
   }
   if (typeof out.stop === "string") out.stop = [out.stop];

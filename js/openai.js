@@ -55,6 +55,12 @@ function optionsOf(params, requestOptions) {
   if (params.stop != null) o.stop = params.stop;
   if (params.adapter !== undefined) o.adapter = params.adapter;
   if (params.speculation !== undefined) o.speculation = params.speculation;
+  if (params.top_logprobs != null && !params.logprobs) throw bad("top_logprobs needs logprobs: true");
+  if (params.logprobs) o.logprobs = params.top_logprobs ?? 0;
+  if (params.logit_bias != null) {
+    if (typeof params.logit_bias !== "object") throw bad("logit_bias maps token ids to biases from -100 to 100");
+    o.logitBias = params.logit_bias;
+  }
   if (params.tools != null) {
     if (!Array.isArray(params.tools)) throw bad("tools must be an array");
     if (params.tools.length) {
@@ -72,6 +78,12 @@ function optionsOf(params, requestOptions) {
 /** OpenAI's tool_calls (arguments as JSON text) from a finished reply's. */
 function toolCallsOf(calls) {
   return calls.map((c) => ({ id: c.id, type: "function", function: { name: c.function.name, arguments: JSON.stringify(c.function.arguments ?? {}) } }));
+}
+
+/** OpenAI's log-probabilities of a chunk's tokens. */
+function logprobsOf(lps) {
+  const one = (t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes });
+  return lps.map((t) => ({ ...one(t), top_logprobs: t.topLogprobs.map(one) }));
 }
 
 /** A finished reply's message. */
@@ -97,17 +109,20 @@ export function completionsFor(llm) {
       const model = params.model ?? info?.config?.arch ?? "pippin";
       const base = { id: newId("chatcmpl"), created: Math.floor(Date.now() / 1000), model };
       const reply = llm.chat(messages, options);
-      if (params.stream) return stream(reply, base);
+      if (params.stream) return stream(reply, base, options.logprobs !== undefined);
       let text = "";
       let end;
+      const content = [];
       for await (const c of reply) {
         if (c.done) end = c;
         else text += c.text;
+        if (c.logprobs) content.push(...logprobsOf(c.logprobs));
       }
+      const logprobs = options.logprobs === undefined ? null : { content, refusal: null };
       return {
         ...base,
         object: "chat.completion",
-        choices: [{ index: 0, message: messageOf(text, end), finish_reason: end.finishReason, logprobs: null }],
+        choices: [{ index: 0, message: messageOf(text, end), finish_reason: end.finishReason, logprobs }],
         usage: usageOf(end.usage),
       };
     },
@@ -119,11 +134,11 @@ export function completionsFor(llm) {
  * finish reason with the usage. A tool call comes whole once it is complete (the
  * engine never streams a call's text as content).
  */
-async function* stream(reply, base) {
-  const chunk = (delta, finish_reason = null, extra = {}) => ({
+async function* stream(reply, base, withLogprobs) {
+  const chunk = (delta, finish_reason = null, extra = {}, lps = null) => ({
     ...base,
     object: "chat.completion.chunk",
-    choices: [{ index: 0, delta, finish_reason, logprobs: null }],
+    choices: [{ index: 0, delta, finish_reason, logprobs: withLogprobs && lps ? { content: logprobsOf(lps), refusal: null } : null }],
     ...extra,
   });
   yield chunk({ role: "assistant", content: "" });
@@ -133,6 +148,6 @@ async function* stream(reply, base) {
       yield chunk({}, c.finishReason, { usage: usageOf(c.usage) });
       return;
     }
-    if (c.text) yield chunk({ content: c.text });
+    if (c.text) yield chunk({ content: c.text }, null, {}, c.logprobs ?? []);
   }
 }

@@ -53,7 +53,9 @@ export class Reply {
           yield end;
           return;
         }
-        yield { text: c.text, tokenId: c.tokenId, done: false };
+        const piece = { text: c.text, tokenId: c.tokenId, done: false };
+        if (c.logprobs) piece.logprobs = c.logprobs;
+        yield piece;
       }
     } finally {
       signal?.removeEventListener("abort", onAbort);

@@ -10,7 +10,7 @@
 import { PippinError } from "./errors.js";
 
 /** Options of a session that are generation options of each reply. */
-const REPLY_OPTIONS = ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation", "adapter"];
+const REPLY_OPTIONS = ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation", "logprobs", "logitBias", "adapter"];
 const OVERFLOW = ["error", "drop-oldest"];
 const MAGIC = "PIPSESS1";
 

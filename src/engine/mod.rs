@@ -8,6 +8,7 @@ pub mod cpu;
 mod gpu_adapter;
 mod gpu_model;
 mod gpu_session;
+pub mod logprobs;
 pub mod perplexity;
 pub mod prefix_cache;
 pub mod speculate;
@@ -21,6 +22,7 @@ pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
 pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuFootprint, GpuSession, SessionOptions};
+pub use logprobs::{LogitBias, TokenLogprob};
 pub use speculate::{Speculation, SpeculationStats};
 
 use crate::error::{Error, Result};
@@ -207,6 +209,11 @@ pub struct GenerateOptions {
     pub tool_choice: Option<ToolChoice>,
     /// Speculative decoding (the same text either way; see `speculate`).
     pub speculation: Speculation,
+    /// `Some(n)`: each generated token's log-probability, with the `n` (0 to 20) most
+    /// likely tokens at its position (see `logprobs`).
+    pub logprobs: Option<usize>,
+    /// Added to these tokens' logits before sampling (-100 to 100).
+    pub logit_bias: LogitBias,
 }
 
 impl Default for GenerateOptions {
@@ -219,6 +226,8 @@ impl Default for GenerateOptions {
             tools: Vec::new(),
             tool_choice: None,
             speculation: Speculation::Auto,
+            logprobs: None,
+            logit_bias: LogitBias::default(),
         }
     }
 }
@@ -278,8 +287,13 @@ fn ms_since(t: Instant) -> f64 {
 /// What a generation yields: pieces of text, then one `Done`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// Text (valid UTF-8, possibly several tokens' worth) and the last token in it.
-    Text { text: String, token: u32 },
+    /// Text (valid UTF-8, possibly several tokens' worth) and the last token in it;
+    /// with `logprobs` asked for, those of the tokens handled since the last text.
+    Text {
+        text: String,
+        token: u32,
+        logprobs: Vec<TokenLogprob>,
+    },
     Done {
         finish: FinishReason,
         usage: Usage,
@@ -317,6 +331,12 @@ pub struct Generation {
     /// Guided generation: the tokens allowed next (decode is then not pipelined:
     /// each mask depends on the token before).
     guide: Option<Guide>,
+    /// Logprobs or a logit bias: steps return every logit (see `logprobs`).
+    full: bool,
+    /// The last pick's log-probabilities, until its token is handled.
+    picked: Option<logprobs::Step>,
+    /// Handled tokens' log-probabilities, until text carries them out.
+    spelled: Vec<TokenLogprob>,
     /// A reply that may be a tool call: its text passes through here.
     calls: Option<CallReader>,
     tool_calls: Vec<ToolCall>,
@@ -352,6 +372,16 @@ impl Generation {
         grammars: &GrammarCache,
     ) -> Result<Generation> {
         opts.sampler.validate().map_err(Error::invalid)?;
+        opts.logit_bias.check(tk.vocab_size())?;
+        if opts
+            .logprobs
+            .is_some_and(|n| n > logprobs::MAX_TOP_LOGPROBS)
+        {
+            return Err(Error::invalid(format!(
+                "logprobs lists at most {} alternatives a token",
+                logprobs::MAX_TOP_LOGPROBS
+            )));
+        }
         // Before any token: an invalid or unsatisfiable format fails here.
         let guide = match &opts.response_format {
             Some(f) => grammars.guide(tk, f).await?,
@@ -379,7 +409,9 @@ impl Generation {
         } else {
             opts.sampler.top_k.min(MAX_CANDIDATES)
         };
-        let chained = backend.chains() && guide.is_none();
+        let full = opts.logprobs.is_some() || !opts.logit_bias.is_empty();
+        // The device's picks see neither a bias nor the whole distribution.
+        let chained = backend.chains() && guide.is_none() && !full;
         let policy = match (backend.verifies(), opts.speculation) {
             (_, Speculation::Off) => None,
             (n, s) if n > 1 => Some(Policy::new(n - 1, s == Speculation::On)),
@@ -404,6 +436,9 @@ impl Generation {
             outstanding: false,
             piped: 0,
             cut: backend.chains(),
+            full,
+            picked: None,
+            spelled: Vec::new(),
             guide,
             calls: None,
             tool_calls: Vec::new(),
@@ -443,7 +478,7 @@ impl Generation {
                 .await;
         }
         let want = Want {
-            top_k: Some(self.top_k),
+            top_k: self.selects(),
             penalty: self.opts.sampler.repetition_penalty,
             penalty_ids: &ids,
             pick: Pick::default(),
@@ -461,9 +496,14 @@ impl Generation {
         backend.forward_masked(tokens, want, &mut mask).await
     }
 
+    /// The candidates a step selects: every logit where the reply needs them all.
+    fn selects(&self) -> Option<usize> {
+        (!self.full).then_some(self.top_k)
+    }
+
     fn want<'a>(&'a self, ids: &'a [u32], pick: Pick) -> Want<'a> {
         Want {
-            top_k: Some(self.top_k),
+            top_k: self.selects(),
             penalty: self.opts.sampler.repetition_penalty,
             penalty_ids: ids,
             pick,
@@ -477,6 +517,21 @@ impl Generation {
     /// whose steps select the best `top_k` (`cut`), a check's full rows are cut to
     /// them too: the same candidates, so the same draw picks the same token.
     fn choose(&mut self, logits: Logits) -> u32 {
+        let mut logits = logits;
+        let raw = match (&mut logits, self.opts.logprobs) {
+            (Logits::Full(l), n) => {
+                let raw = n.map(|_| l.clone());
+                logprobs::bias(l, &self.opts.logit_bias);
+                raw
+            }
+            _ => None,
+        };
+        let token = self.choose_biased(logits);
+        self.picked = raw.map(|l| logprobs::step(&l, token, self.opts.logprobs.unwrap_or(0)));
+        token
+    }
+
+    fn choose_biased(&mut self, logits: Logits) -> u32 {
         let logits = match (&self.guide, logits) {
             (guide, Logits::Full(mut l)) if guide.is_some() || self.cut => {
                 self.sampler.penalize(&mut l, &self.history);
@@ -555,10 +610,21 @@ impl Generation {
         loop {
             if let Some(e) = self.outbox.pop_front() {
                 match (e, &mut self.calls) {
-                    (Event::Text { text, token }, Some(r)) => {
+                    (
+                        Event::Text {
+                            text,
+                            token,
+                            logprobs,
+                        },
+                        Some(r),
+                    ) => {
                         let text = r.push(&text);
                         if !text.is_empty() {
-                            return Ok(Event::Text { text, token });
+                            return Ok(Event::Text {
+                                text,
+                                token,
+                                logprobs,
+                            });
                         }
                     }
                     (e, _) => return Ok(e),
@@ -572,7 +638,11 @@ impl Generation {
                     self.tool_calls = calls;
                     if !rest.is_empty() {
                         let token = *self.history.last().unwrap_or(&0);
-                        return Ok(Event::Text { text: rest, token });
+                        return Ok(Event::Text {
+                            text: rest,
+                            token,
+                            logprobs: Vec::new(),
+                        });
                     }
                 }
                 return Ok(Event::Done {
@@ -880,6 +950,7 @@ impl Generation {
     /// cache then holding `cached` tokens before it, of a context of `ctx`).
     fn handle(&mut self, tk: &Tokenizer, token: u32, cached: usize, ctx: usize) -> Result<bool> {
         self.usage.generated_tokens += 1;
+        let picked = self.picked.take();
         if self.guide.as_ref().is_some_and(|g| !g.allows(token)) {
             // Only when no candidate was allowed: never text outside the format.
             return Err(Error::Grammar(format!(
@@ -896,9 +967,10 @@ impl Generation {
             None => false,
         };
         self.history.push(token);
+        self.spelled.extend(picked.map(|p| p.spelled(tk)));
         let (piece, hit) = self.stops.push(&self.text.push(tk, token)?);
         if !piece.is_empty() {
-            self.outbox.push_back(Event::Text { text: piece, token });
+            self.emit(piece, token);
         }
         if hit {
             // Nothing after a stop string is emitted.
@@ -917,13 +989,23 @@ impl Generation {
         Ok(true)
     }
 
+    /// Queues a piece of text with the log-probabilities of the tokens before it.
+    fn emit(&mut self, text: String, token: u32) {
+        let logprobs = std::mem::take(&mut self.spelled);
+        self.outbox.push_back(Event::Text {
+            text,
+            token,
+            logprobs,
+        });
+    }
+
     /// Ends with `reason`, emitting text still held back (a partial character, a
     /// possible start of a stop string).
     fn finish(&mut self, tk: &Tokenizer, reason: FinishReason) -> Result<()> {
         let rest = self.stops.finish(&self.text.finish(tk)?);
         if !rest.is_empty() {
             let token = *self.history.last().unwrap_or(&0);
-            self.outbox.push_back(Event::Text { text: rest, token });
+            self.emit(rest, token);
         }
         self.usage.decode_ms = ms_since(self.started);
         self.finished = Some(reason);
@@ -978,7 +1060,7 @@ pub async fn generate_drafted<B: Backend>(
     }
     loop {
         let e = match g.next_with(backend, draft.as_deref_mut(), tk).await? {
-            Event::Text { text, token } if !on_text(&text, token) => g.abort(),
+            Event::Text { text, token, .. } if !on_text(&text, token) => g.abort(),
             e => e,
         };
         if let Event::Done {

@@ -81,6 +81,21 @@ fn bytes_of(s: &str, spelling: Spelling, map: &HashMap<char, u8>) -> Vec<u8> {
 }
 
 impl Tokenizer {
+    /// The bytes of each of `ids` as the reply's text has them (a special token's
+    /// text, unmarked; an id no token has: empty).
+    pub fn bytes_of_tokens(&self, ids: &[u32]) -> Vec<Vec<u8>> {
+        let tk = &self.special;
+        let (spelling, map) = (spelling(tk), byte_level_map());
+        let added = tk.get_added_tokens_decoder();
+        ids.iter()
+            .map(|id| match (added.get(id), tk.id_to_token(*id)) {
+                (Some(t), _) => t.content.as_bytes().to_vec(),
+                (None, Some(text)) => bytes_of(&text, spelling, &map),
+                (None, None) => Vec::new(),
+            })
+            .collect()
+    }
+
     /// Every token's bytes by id (`vocab_size()` entries; an id no token has: empty).
     pub fn token_bytes(&self) -> Result<Vec<Vec<u8>>> {
         let tk = &self.special;

@@ -533,14 +533,22 @@ struct Chunk {
     usage: Option<Usage>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<crate::tokenizer::ToolCall>,
+    /// With `logprobs` asked for: the tokens of this piece.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    logprobs: Vec<crate::engine::TokenLogprob>,
 }
 
 impl From<Event> for Chunk {
     fn from(e: Event) -> Chunk {
         match e {
-            Event::Text { text, token } => Chunk {
+            Event::Text {
+                text,
+                token,
+                logprobs,
+            } => Chunk {
                 text: Some(text),
                 token_id: Some(token),
+                logprobs,
                 ..Default::default()
             },
             Event::Done {

@@ -22,6 +22,7 @@ mod gpu_model;
 mod guided;
 mod kernels_matmul;
 mod kernels_other;
+mod logprobs;
 mod palettized;
 mod pipelined;
 mod real_models_cpu;

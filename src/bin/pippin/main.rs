@@ -343,6 +343,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         } else {
             Speculation::Auto
         },
+        ..Default::default()
     };
     let Prepared {
         ids: prompt,
