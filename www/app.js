@@ -1,10 +1,23 @@
 // The playground: a chat over Pippin running in a Web Worker (pippin/worker), so the
-// page stays responsive while the model loads and generates.
+// page stays responsive while the model loads and generates. Each conversation is a
+// session (conversations.js): several on one model, cloned, kept across reloads.
 import { Pippin } from "pippin/worker";
 import { escape, renderMarkdown } from "./markdown.js";
+import { conversation, forget, save, savedFor } from "./conversations.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { llm: null, messages: [], ctl: null, busy: false };
+const state = {
+  llm: null,
+  model: null,
+  conversations: [],
+  current: null,
+  ctl: null,
+  busy: false,
+  /** The current conversation's turns (its system prompt left out). */
+  get messages() {
+    return (this.current?.session?.messages ?? []).filter((m) => m.role !== "system");
+  },
+};
 
 function banner(html, kind = "info") {
   const b = $("banner");
@@ -40,7 +53,7 @@ function friendly(err) {
 }
 
 function enableChat(on) {
-  for (const id of ["input", "send", "new-chat"]) $(id).disabled = !on;
+  for (const id of ["input", "send", "new-chat", "clone-chat"]) $(id).disabled = !on;
 }
 
 async function refreshCache() {
@@ -71,6 +84,8 @@ async function loadModel() {
   if (state.llm) {
     await state.llm.dispose();
     state.llm = null;
+    state.conversations = [];
+    state.current = null;
   }
   setStatus("Loading…");
   const t0 = performance.now();
@@ -97,7 +112,9 @@ async function loadModel() {
     const threads = info.backend === "cpu" ? `${info.threads} thread${info.threads > 1 ? "s" : ""}` : "";
     $("n-backend").title = info.threadsReason;
     setStatus(`${info.config.arch}, ${info.config.nLayers} layers · ${where}${threads ? ` (${threads})` : ""} · loaded in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    newChat();
+    state.model = file ? file.name : source;
+    await listSaved();
+    await newChat();
     enableChat(true);
     await updateNumbers();
   } catch (e) {
@@ -122,6 +139,8 @@ async function updateNumbers(ttft) {
       : `${mb(g.weights + g.kvCache + g.scratch + g.adapters)} (weights ${mb(g.weights)}, KV ${mb(g.kvCache)}, scratch ${mb(g.scratch)}, adapters ${mb(g.adapters)})`;
   $("n-wasm").textContent = `${mb(s.wasmHeapBytes)} (peak ${mb(s.wasmHeapPeakBytes)}, memory ${mb(s.wasmMemoryBytes)})`;
   $("n-context").textContent = `${s.contextTokens} tokens`;
+  const p = s.prefixCache;
+  $("n-prefix").textContent = `${p.entries} kept (${mb(p.bytes)} of ${mb(p.budget)}), ${p.restoredTokens} tokens restored`;
 }
 
 function addMessage(role, text) {
@@ -135,10 +154,78 @@ function addMessage(role, text) {
   return div;
 }
 
-function newChat() {
-  state.messages = [];
+/** The current conversation's messages on the page. */
+function showMessages() {
   $("messages").innerHTML = '<p class="hint">Say hello.</p>';
-  state.llm?.reset();
+  for (const m of state.messages) addMessage(m.role === "assistant" ? "assistant" : "user", typeof m.content === "string" ? m.content : "");
+}
+
+/** The conversation list: the current one marked, each switched to by a click. */
+function showConversations() {
+  const ul = $("conversations");
+  ul.innerHTML = "";
+  for (const c of state.conversations) {
+    const li = document.createElement("li");
+    li.className = c === state.current ? "current" : "";
+    const open = Object.assign(document.createElement("button"), { className: "link", textContent: c.title });
+    open.title = c.session ? "" : "saved: restored from its KV state when opened";
+    open.onclick = serially(() => switchTo(c));
+    const drop = Object.assign(document.createElement("button"), { className: "link", textContent: "×", title: "Delete" });
+    drop.onclick = serially(() => dropConversation(c));
+    li.append(open, c.session ? "" : " (saved)", drop);
+    ul.append(li);
+  }
+}
+
+async function begin(c) {
+  state.conversations.unshift(c);
+  state.current = c;
+  showConversations();
+  showMessages();
+}
+
+async function newChat() {
+  if (!state.llm) return;
+  const system = $("system").value.trim() || undefined;
+  await begin(conversation(state.model, await state.llm.createSession({ system, overflow: "drop-oldest" })));
+}
+
+/** A copy of the current conversation that goes on apart from it. */
+async function cloneChat() {
+  const from = state.current;
+  if (!from?.session) return;
+  await begin(conversation(state.model, await from.session.clone(), `${from.title} (copy)`));
+}
+
+/** Opens `c`; a saved one is restored from its bytes (refused: another model or format). */
+async function switchTo(c) {
+  if (c === state.current) return;
+  try {
+    c.session ??= await state.llm.restoreSession(c.bytes);
+  } catch (e) {
+    banner(`This saved conversation cannot continue on this model: ${escape(e.message)}`, "error");
+    return dropConversation(c);
+  }
+  state.current = c;
+  showConversations();
+  showMessages();
+}
+
+async function dropConversation(c) {
+  c.session?.destroy();
+  state.conversations = state.conversations.filter((x) => x !== c);
+  await forget(c.id);
+  if (state.current === c) {
+    state.current = null;
+    await (state.conversations.length ? switchTo(state.conversations[0]) : newChat());
+  }
+  showConversations();
+}
+
+/** The saved conversations of this model, listed (restored when opened). */
+async function listSaved() {
+  const saved = await savedFor(state.model).catch(() => []);
+  state.conversations = saved.map((r) => Object.assign(conversation(r.model, null, r.title), { id: r.id, bytes: r.bytes }));
 }
 
 /** The structured-output box's schema, or null when it is empty (a bad one throws). */
@@ -170,9 +257,14 @@ function showStructured(div, text, finishReason) {
   div.replaceChildren(pre, note);
 }
 
-async function send(e) {
-  e?.preventDefault();
-  const text = $("input").value.trim();
+/** Messages and conversation changes (new, clone, switch, delete) one after another:
+ * a click during a reply takes effect when it ends (Stop ends it now). */
+let queue = Promise.resolve();
+function serially(f) {
+  return (...args) => (queue = queue.then(() => f(...args)).catch((e) => banner(friendly(e), "error")));
+}
+
+async function send(text) {
   if (!text || !state.llm || state.busy) return;
   let schema;
   try {
@@ -180,11 +272,8 @@ async function send(e) {
   } catch (err) {
     return banner(escape(err.message), "error");
   }
-  $("input").value = "";
+  const c = state.current;
   addMessage("user", text);
-  state.messages.push({ role: "user", content: text });
-  const system = $("system").value.trim();
-  const msgs = system ? [{ role: "system", content: system }, ...state.messages] : state.messages;
   const div = addMessage("assistant", "");
   state.busy = true;
   state.ctl = new AbortController();
@@ -202,26 +291,28 @@ async function send(e) {
       signal: state.ctl.signal,
     };
     if (schema) opts.responseFormat = { type: "json_schema", schema };
-    for await (const c of state.llm.chat(msgs, opts)) {
-      if (c.done) {
-        const u = c.usage;
+    for await (const chunk of c.session.promptStreaming(text, opts)) {
+      if (chunk.done) {
+        const u = chunk.usage;
         const meta = document.createElement("div");
         meta.className = "meta";
-        meta.textContent = `${u.generatedTokens} tokens · ${c.finishReason}${c.finishReason === "abort" ? " (stopped)" : ""}`;
-        if (schema) showStructured(div, reply, c.finishReason);
+        const stopped = chunk.finishReason === "abort" ? " (stopped: not kept in the conversation)" : "";
+        meta.textContent = `${u.generatedTokens} tokens · ${chunk.finishReason}${stopped} · ${u.cachedTokens} of ${u.promptTokens} prompt tokens cached`;
+        if (schema) showStructured(div, reply, chunk.finishReason);
         div.append(meta);
         break;
       }
       ttft ??= performance.now() - t0;
-      reply += c.text;
+      reply += chunk.text;
       div.innerHTML = renderMarkdown(reply);
       div.scrollIntoView({ block: "end" });
       updateNumbers(ttft);
     }
-    state.messages.push({ role: "assistant", content: reply });
+    // Kept for a reload: the transcript and its KV state.
+    await save(c).catch((err) => banner(`The conversation is not saved: ${escape(err.message)}`, "info"));
+    showConversations();
   } catch (err) {
     banner(friendly(err), "error");
-    state.messages.pop();
   } finally {
     state.busy = false;
     $("send").disabled = false;
@@ -282,12 +373,26 @@ $("model-preset").onchange = () => {
   $("model-url").value = url;
   if (!url) $("model-url").focus();
 };
-$("composer").onsubmit = send;
-$("input").onkeydown = (e) => {
-  if (e.key === "Enter" && !e.shiftKey) send(e);
-};
+/** The message as typed now, sent once what is queued before it is done. */
+const sendSerially = serially(send);
+function submit(e) {
+  e.preventDefault();
+  const text = $("input").value.trim();
+  if (!text || !state.llm) return;
+  try {
+    schemaOption();
+  } catch (err) {
+    // The message stays in the box until the schema is fixed.
+    return banner(escape(err.message), "error");
+  }
+  $("input").value = "";
+  sendSerially(text);
+}
+$("composer").onsubmit = submit;
+$("input").onkeydown = (e) => e.key === "Enter" && !e.shiftKey && submit(e);
 $("stop").onclick = () => state.ctl?.abort();
-$("new-chat").onclick = newChat;
+$("new-chat").onclick = serially(newChat);
+$("clone-chat").onclick = serially(cloneChat);
 // A fixed schema clears the error it caused.
 $("schema").oninput = () => $("banner").classList.contains("error") && banner("");
 $("load-adapter").onclick = loadAdapter;

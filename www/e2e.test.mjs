@@ -1,6 +1,7 @@
 // The playground end to end in Debian's headless Chromium (WebGPU through SwiftShader):
 // load the default model, chat with streaming, stop mid-stream, chat again, load an
-// adapter and use it, with no console errors; a screenshot is saved as an artifact.
+// adapter and use it, clone a conversation and continue it after a reload, with no
+// console errors; a screenshot is saved as an artifact.
 // Without WebGPU the page says so and runs the model on the CPU backend.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -78,6 +79,7 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     // then with none (greedy, so each answer is deterministic).
     const ask = async (q) => {
       await page.click("#new-chat");
+      await page.waitForFunction(() => playground.current && playground.messages.length === 0);
       await page.fill("#input", q);
       await page.click("#send");
       // The reply's own text (the message element also shows its token count), once
@@ -107,6 +109,39 @@ test("chat, stop, chat again, adapter: a working playground", async () => {
     assert.match(await page.textContent("#banner"), /not valid JSON/);
     await page.fill("#schema", "");
     assert.equal(await page.isHidden("#banner"), true, "editing the schema clears its error");
+
+    // Conversations: a clone goes on apart from its original; both are kept and
+    // continue after a reload, restored from their KV state.
+    await page.fill("#max-tokens", "8");
+    await page.click("#new-chat");
+    await page.waitForFunction(() => playground.messages.length === 0);
+    const say = async (q, n) => {
+      await page.fill("#input", q);
+      await page.click("#send");
+      await page.waitForFunction((n) => playground.messages.length === n && !playground.busy, n, { timeout: 240_000 });
+    };
+    await say("What is the capital of France?", 2);
+    await page.click("#clone-chat");
+    await page.waitForFunction(() => playground.current.title.endsWith("(copy)"));
+    assert.equal(await page.evaluate(() => playground.messages.length), 2, "a clone has its original's turns");
+    await say("And of Italy?", 4);
+    const copyTitle = await page.locator("#conversations li.current button").first().innerText();
+    assert.match(copyTitle, /\(copy\)$/);
+    await page.locator("#conversations li button", { hasText: /^What is the capital of France\?$/ }).first().click();
+    await page.waitForFunction(() => playground.messages.length === 2);
+    assert.match(await page.locator(".msg.assistant").last().innerText(), /Paris/);
+    assert.match(await page.textContent("#n-prefix"), /kept/);
+    await page.reload();
+    await page.waitForSelector("body[data-ready=true]");
+    await page.click("#load");
+    await page.waitForFunction(() => !document.querySelector("#input").disabled, null, { timeout: 240_000 });
+    assert.match(await page.textContent("#conversations"), /\(copy\) \(saved\)/);
+    await page.locator("#conversations li button", { hasText: copyTitle }).first().click();
+    await page.waitForFunction(() => playground.messages.length === 4, null, { timeout: 120_000 });
+    await say("And of Spain?", 6);
+    const meta = await page.locator(".msg.assistant .meta").last().innerText();
+    const [, cached, prompt] = meta.match(/(\d+) of (\d+) prompt tokens cached/);
+    assert.ok(Number(cached) > 30 && Number(prompt) - Number(cached) < 20, `a restored conversation runs only the new turn: ${meta}`);
 
     await page.screenshot({ path: path.join(ARTIFACTS, "playground.png"), fullPage: true });
     assert.deepEqual(errors, []);
