@@ -1,8 +1,8 @@
 // The built package in Firefox (Debian's firefox-esr, headless, driven over WebDriver
 // BiDi by puppeteer-core): no WebGPU there on Linux, so the CPU backend runs the model.
-// Sessions through both entries, a saved session restored in a new page and the Prompt
-// API polyfill: the same page code and checks as the Chromium tests (sessions.mjs,
-// prompt-api.mjs).
+// Sessions through both entries, a saved session restored in a new page, the Prompt
+// API polyfill and log-probabilities: the same page code and checks as the Chromium
+// tests (sessions.mjs, prompt-api.mjs, logprobs.mjs).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -11,6 +11,7 @@ import puppeteer from "puppeteer-core";
 import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
 import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
+import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -81,4 +82,9 @@ test("Firefox: an app written against Chrome's Prompt API runs unchanged on pipp
       await p.close();
     }
   }
+});
+
+test("Firefox: OpenAI's logprobs and logit_bias are llama.cpp's log-probabilities, in pippin and pippin/worker", async () => {
+  const ref = logprobsReference();
+  checkLogprobs(await page.evaluate(logprobsOnPage, [MODEL, ref.messages, ref.steps[0].id]), ref);
 });
