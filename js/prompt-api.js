@@ -12,13 +12,59 @@ const TEXT_ONLY = ["text"];
 /** What `params()` answers: Chrome's defaults (topK 1 is greedy). */
 const PARAMS = { defaultTopK: 3, maxTopK: 64, defaultTemperature: 1, maxTemperature: 2 };
 
+/** The spec's error `name`: a DOMException, or JavaScript's own TypeError/RangeError. */
 function domError(name, message) {
+  if (name === "TypeError") return new TypeError(message);
+  if (name === "RangeError") return new RangeError(message);
   return new DOMException(message, name);
+}
+
+const aborted = (signal) => signal.reason ?? domError("AbortError", "the operation was aborted");
+
+/** One signal for a call: the session's (destroy) and the caller's. */
+function either(a, b) {
+  if (!b) return a;
+  if (AbortSignal.any) return AbortSignal.any([a, b]);
+  const c = new AbortController();
+  for (const s of [a, b]) {
+    if (s.aborted) c.abort(s.reason);
+    else s.addEventListener("abort", () => c.abort(s.reason), { once: true });
+  }
+  return c.signal;
+}
+
+/**
+ * Calls on one model run one after another, as Chrome's do (the engine answers one at a
+ * time): `turn()` resolves to a release function once the calls before have released
+ * theirs; one given up (its signal aborted while it waited) releases as its turn comes.
+ */
+function queue() {
+  let tail = Promise.resolve();
+  return (signal) => {
+    let release;
+    const mine = new Promise((r) => (release = r));
+    const ready = tail.then(() => release);
+    tail = tail.then(() => mine);
+    if (!signal) return ready;
+    return new Promise((resolve, reject) => {
+      const give = () => {
+        reject(aborted(signal));
+        ready.then((r) => r());
+      };
+      if (signal.aborted) return give();
+      signal.addEventListener("abort", give, { once: true });
+      ready.then((r) => {
+        signal.removeEventListener("abort", give);
+        if (signal.aborted) r();
+        else resolve(r);
+      });
+    });
+  };
 }
 
 /** Pippin's errors as the Prompt API throws them. */
 function asDom(e, signal) {
-  if (signal?.aborted) return signal.reason ?? domError("AbortError", "the operation was aborted");
+  if (signal?.aborted) return aborted(signal);
   if (!(e instanceof PippinError)) return e;
   const name = {
     ContextFull: "QuotaExceededError",
@@ -54,14 +100,18 @@ function textOf(content) {
 /** A prompt's input as Pippin messages. */
 function messagesOf(input) {
   if (typeof input === "string") return [{ role: "user", content: input }];
-  if (!Array.isArray(input)) throw domError("TypeError", "the input is a string or an array of messages");
+  if (!Array.isArray(input) || input.length === 0) throw domError("TypeError", "the input is a string or a non-empty array of messages");
   return input.map((m) => ({ role: m.role ?? "user", content: textOf(m.content) }));
 }
 
 /** `responseConstraint`: a JSON Schema object or a RegExp, as Pippin's responseFormat. */
 function formatOf(c) {
   if (c === undefined || c === null) return undefined;
-  if (c instanceof RegExp) return { type: "regex", pattern: c.source };
+  if (c instanceof RegExp) {
+    // The pattern matches the whole reply; flags that change what it matches cannot be kept.
+    if (/[ims]/.test(c.flags)) throw domError("NotSupportedError", `a responseConstraint RegExp with flags "${c.flags}" is not supported`);
+    return { type: "regex", pattern: c.source };
+  }
   if (typeof c === "object" || typeof c === "boolean") return { type: "json_schema", schema: c };
   throw domError("TypeError", "responseConstraint is a JSON Schema or a RegExp");
 }
@@ -88,10 +138,12 @@ function sessionClass(modelOf) {
   return class LanguageModel extends EventTarget {
     #s;
     #sampling;
+    /** Aborted by destroy(): ends a reply running and any call waiting. */
+    #life = new AbortController();
     oncontextoverflow = null;
     onquotaoverflow = null;
 
-    constructor(session, sampling) {
+    constructor(session, sampling, signal) {
       super();
       this.#s = session;
       this.#sampling = sampling;
@@ -103,6 +155,8 @@ function sessionClass(modelOf) {
           this.dispatchEvent(e);
         }
       });
+      // The signal a session was created (or cloned) with destroys it when aborted.
+      signal?.addEventListener("abort", () => this.destroy(), { once: true, signal: this.#life.signal });
     }
 
     static async availability(options = {}) {
@@ -124,11 +178,12 @@ function sessionClass(modelOf) {
       options.monitor?.(monitor);
       try {
         const llm = await modelOf.load(monitor, signal);
-        const messages = messagesOf(options.initialPrompts ?? []);
+        const initial = options.initialPrompts ?? [];
+        const messages = initial.length ? messagesOf(initial) : [];
         if (messages.slice(1).some((m) => m.role === "system")) throw domError("TypeError", "a system prompt may only come first");
-        const session = await llm.createSession({ messages, ...s, maxTokens: 1 << 20, overflow: "drop-oldest" });
+        const session = await modelOf.exclusive(signal, () => llm.createSession({ messages, ...s, maxTokens: 1 << 20, overflow: "drop-oldest" }));
         if (signal?.aborted) throw asDom(null, signal);
-        return new LanguageModel(session, s);
+        return new LanguageModel(session, s, signal);
       } catch (e) {
         throw asDom(e, signal);
       }
@@ -154,9 +209,20 @@ function sessionClass(modelOf) {
       return this.contextWindow;
     }
 
-    #options(o = {}) {
+    #options(o, signal) {
       const f = formatOf(o.responseConstraint);
-      return { ...(f && { responseFormat: f }), ...(o.signal && { signal: o.signal }) };
+      return { ...(f && { responseFormat: f }), signal };
+    }
+
+    /** `f()` in this model's turn, under the session's and the caller's signals. */
+    async #call(options, f) {
+      if (this.#life.signal.aborted) throw domError("InvalidStateError", "the session was destroyed");
+      const signal = either(this.#life.signal, options.signal);
+      try {
+        return await modelOf.exclusive(signal, () => f(signal));
+      } catch (e) {
+        throw asDom(e, signal);
+      }
     }
 
     async prompt(input, options = {}) {
@@ -169,18 +235,27 @@ function sessionClass(modelOf) {
       }
     }
 
-    /** A ReadableStream of text pieces (async iterable, as Chrome's). */
+    /** A ReadableStream of text pieces (async iterable, as Chrome's); it waits for the
+     * model's turn, which it holds until it ends or is cancelled. */
     promptStreaming(input, options = {}) {
-      const signal = options.signal;
-      let it;
+      const signal = either(this.#life.signal, options.signal);
+      const destroyed = this.#life.signal.aborted;
+      let it, release;
+      const end = () => {
+        release?.();
+        release = null;
+      };
       const stream = new ReadableStream({
-        start: () => {
+        start: async () => {
           try {
-            if (signal?.aborted) throw asDom(null, signal);
+            if (destroyed) throw domError("InvalidStateError", "the session was destroyed");
             const messages = withConstraint(messagesOf(input), options.responseConstraint, options.omitResponseConstraintInput);
-            it = this.#s.promptStreaming(messages, this.#options(options))[Symbol.asyncIterator]();
+            const o = this.#options(options, signal);
+            release = await modelOf.turn(signal);
+            it = this.#s.promptStreaming(messages, o)[Symbol.asyncIterator]();
           } catch (e) {
-            throw asDom(e, signal);
+            end();
+            throw destroyed ? e : asDom(e, signal);
           }
         },
         // Each pull enqueues a piece or closes: a pull that does neither is not called
@@ -189,25 +264,42 @@ function sessionClass(modelOf) {
           try {
             for (;;) {
               const { value, done } = await it.next();
-              if (done) return controller.close();
+              if (done) {
+                end();
+                return controller.close();
+              }
               if (value.done && value.finishReason === "abort") throw asDom(null, signal);
               if (value.text) return controller.enqueue(value.text);
             }
           } catch (e) {
+            end();
             controller.error(asDom(e, signal));
           }
         },
-        cancel: () => it?.return(),
+        cancel: async () => {
+          try {
+            await it?.return();
+          } finally {
+            end();
+          }
+        },
       });
+      // Where the browser's ReadableStream is not async iterable: leaving the loop
+      // early cancels the reply, as the native iterator does.
       stream[Symbol.asyncIterator] ??= async function* () {
         const reader = stream.getReader();
+        let finished = false;
         try {
           for (;;) {
             const { value, done } = await reader.read();
-            if (done) return;
+            if (done) {
+              finished = true;
+              return;
+            }
             yield value;
           }
         } finally {
+          if (!finished) await reader.cancel();
           reader.releaseLock();
         }
       };
@@ -215,17 +307,16 @@ function sessionClass(modelOf) {
     }
 
     async append(input, options = {}) {
-      try {
-        if (options.signal?.aborted) throw asDom(null, options.signal);
-        await this.#s.append(messagesOf(input));
-      } catch (e) {
-        throw asDom(e, options.signal);
-      }
+      const messages = messagesOf(input);
+      await this.#call(options, async (signal) => {
+        if (signal.aborted) throw aborted(signal);
+        await this.#s.append(messages);
+      });
     }
 
     async measureContextUsage(input, options = {}) {
       const messages = withConstraint(messagesOf(input), options.responseConstraint, options.omitResponseConstraintInput);
-      return (await this.#s.measureContextUsage(messages, this.#options(options))) - this.#s.contextUsage;
+      return this.#call(options, async (signal) => (await this.#s.measureContextUsage(messages, this.#options(options, signal))) - this.#s.contextUsage);
     }
 
     measureInputUsage(input, options) {
@@ -233,11 +324,15 @@ function sessionClass(modelOf) {
     }
 
     async clone(options = {}) {
-      if (options.signal?.aborted) throw asDom(null, options.signal);
-      return new LanguageModel(await this.#s.clone(), this.#sampling);
+      const s = await this.#call(options, () => this.#s.clone());
+      return new LanguageModel(s, this.#sampling, options.signal);
     }
 
+    /** Ends the session: a reply running and calls waiting reject with AbortError,
+     * later calls with InvalidStateError. */
     destroy() {
+      if (this.#life.signal.aborted) return;
+      this.#life.abort(domError("AbortError", "the session was destroyed"));
       this.#s.destroy();
     }
   };
@@ -255,7 +350,18 @@ export function installPolyfill(options = {}) {
   let llm = null;
   let loading = null;
   const monitors = new Set();
+  const turn = queue();
   const modelOf = {
+    turn,
+    /** `f()` in the model's turn (see `queue`). */
+    async exclusive(signal, f) {
+      const release = await turn(signal);
+      try {
+        return await f();
+      } finally {
+        release();
+      }
+    },
     async state() {
       if (llm) return "available";
       if (loading) return "downloading";
@@ -283,8 +389,14 @@ export function installPolyfill(options = {}) {
             loading = null;
             throw e;
           });
-        const abort = new Promise((_, reject) => signal?.addEventListener("abort", () => reject(asDom(null, signal))));
-        return await (signal ? Promise.race([loading, abort]) : loading);
+        if (!signal) return await loading;
+        let onAbort;
+        const abort = new Promise((_, reject) => signal.addEventListener("abort", (onAbort = () => reject(asDom(null, signal))), { once: true }));
+        try {
+          return await Promise.race([loading, abort]);
+        } finally {
+          signal.removeEventListener("abort", onAbort);
+        }
       } finally {
         monitors.delete(monitor);
       }

@@ -43,6 +43,17 @@ export async function promptApiApp([url, worker]) {
   setTimeout(() => controller.abort(), 300);
   const aborted = await long.then(() => "finished", (e) => e.name);
   const afterAbort = await session.prompt("What is 2+2?");
+  // Calls at once wait their turn, as Chrome's do (the engine answers one at a time).
+  const together = await Promise.all([session.prompt("What is 1+1?"), clone.prompt("What is 3+3?"), session.measureContextUsage("Hi")]).then(
+    (r) => r.map((x) => typeof x),
+    (e) => e.name,
+  );
+  // destroy() ends a reply running with AbortError, and the model goes on.
+  const victim = await session.clone();
+  const running = victim.prompt("Write a long story about a cat.");
+  setTimeout(() => victim.destroy(), 300);
+  const destroyedWhileRunning = await running.then(() => "finished", (e) => e.name);
+  const afterDestroy = await clone.prompt("What is 5+5?");
   session.destroy();
   const destroyed = await session.prompt("Hi").then(() => "answered", (e) => e.name);
   // The same model through Pippin's own API: the same greedy text.
@@ -50,7 +61,7 @@ export async function promptApiApp([url, worker]) {
   const llm = await Pippin.load(url, { cache: false });
   const direct = await llm.chat([{ role: "system", content: "You are a helpful assistant." }, { role: "user", content: "What is the capital of France?" }], { maxTokens: 200 }).text();
   await llm.dispose();
-  return { installed, availability, available, progress, answer, streamed, usage, window_, measured, fromClone, fromOriginal, json, yesNo, image, audio, aborted, afterAbort, destroyed, direct };
+  return { installed, availability, available, progress, answer, streamed, usage, window_, measured, fromClone, fromOriginal, json, yesNo, image, audio, aborted, afterAbort, together, destroyedWhileRunning, afterDestroy, destroyed, direct };
 }
 
 /** The checks of `promptApiApp`'s result. */
@@ -70,5 +81,8 @@ export function checkPromptApi(r) {
   assert.equal(r.audio, "unavailable");
   assert.equal(r.aborted, "AbortError");
   assert.ok(r.afterAbort.length > 0);
+  assert.deepEqual(r.together, ["string", "string", "number"], "calls at once are queued, not refused");
+  assert.equal(r.destroyedWhileRunning, "AbortError");
+  assert.ok(r.afterDestroy.length > 0);
   assert.equal(r.destroyed, "InvalidStateError");
 }
