@@ -7,6 +7,7 @@ import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
 import { startTeam } from "./team.js";
+import { generationOptions } from "./options.js";
 
 export { PippinError, ERROR_CODES };
 
@@ -438,15 +439,6 @@ async function adapterBytes(src, onProgress, what) {
   }
   onProgress?.({ phase: what, loaded: bytes.length, total: bytes.length, fraction: 1 });
   return bytes;
-}
-
-function generationOptions(o = {}) {
-  const out = {};
-  for (const k of ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation", "logprobs", "logitBias"]) {
-    if (o[k] !== undefined) out[k] = o[k];
-  }
-  if (typeof out.stop === "string") out.stop = [out.stop];
-  return out;
 }
 
 /** The low-level calls of a reply on a wasm engine (see reply.js); `engine()` is

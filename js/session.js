@@ -8,17 +8,12 @@
 // runs only what the KV cache and its kept snapshots do not hold. So a session owns no
 // memory of its own: destroy() only ends it.
 import { PippinError } from "./errors.js";
+import { GENERATE_OPTIONS, pick } from "./options.js";
 
-/** Options of a session that are generation options of each reply. */
-const REPLY_OPTIONS = ["maxTokens", "temperature", "topK", "topP", "minP", "repetitionPenalty", "seed", "stop", "responseFormat", "tools", "toolChoice", "speculation", "logprobs", "logitBias", "adapter"];
+/** Options of a session that are options of each reply. */
+const REPLY_OPTIONS = [...GENERATE_OPTIONS, "adapter"];
 const OVERFLOW = ["error", "drop-oldest"];
 const MAGIC = "PIPSESS1";
-
-function pick(o, keys) {
-  const out = {};
-  for (const k of keys) if (o?.[k] !== undefined) out[k] = o[k];
-  return out;
-}
 
 /** A prompt's input as messages: a string (the user's), a message, or messages. */
 function messagesOf(input) {

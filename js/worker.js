@@ -5,6 +5,7 @@ import { Reply } from "./reply.js";
 import { Session, prewarm } from "./session.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, fromWire, loadAborted } from "./errors.js";
+import { generationOptions } from "./options.js";
 
 export { PippinError, ERROR_CODES };
 
@@ -89,11 +90,10 @@ class Connection {
   }
 }
 
-/** Generation options as the worker takes them (a string stop is one stop). */
+/** A reply's options as the worker takes them: pippin's, and the adapter (the worker
+ * splits it off); nothing else crosses (a signal stays on the page). */
 function workerOptions(o) {
-  const out = { ...o };
-  if (typeof out.stop === "string") out.stop = [out.stop];
-  return out;
+  return { ...generationOptions(o), ...(o.adapter !== undefined && { adapter: o.adapter }) };
 }
 
 export class Pippin {

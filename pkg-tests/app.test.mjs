@@ -933,7 +933,7 @@ test("OpenAI's logprobs, top_logprobs and logit_bias: llama.cpp's log-probabilit
 test("npm pack ships the whole package", () => {
   const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: path.join(root, "pkg"), encoding: "utf8" });
   const files = JSON.parse(out)[0].files.map((f) => f.path);
-  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "session.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "prompt-api.js", "prompt-api.d.ts", "pippin_wasm.js", "pippin_wasm_bg.wasm", "pippin_guided.js", "pippin_guided_bg.wasm"]) {
+  for (const f of ["package.json", "index.js", "index.d.ts", "openai.js", "reply.js", "session.js", "errors.js", "worker.js", "worker-host.js", "worker.d.ts", "prompt-api.js", "prompt-api.d.ts", "options.js", "pippin_wasm.js", "pippin_wasm_bg.wasm", "pippin_guided.js", "pippin_guided_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
 });
