@@ -82,7 +82,8 @@ function toolCallsOf(calls) {
 
 /** OpenAI's log-probabilities of a chunk's tokens. */
 function logprobsOf(lps) {
-  const one = (t) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes });
+  // A token the model rules out (-inf, null in JSON): OpenAI's -9999.
+  const one = (t) => ({ token: t.token, logprob: t.logprob ?? -9999, bytes: t.bytes });
   return lps.map((t) => ({ ...one(t), top_logprobs: t.topLogprobs.map(one) }));
 }
 

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// The file is not a valid GGUF file, or is damaged.
     #[error("invalid GGUF file: {0}")]
@@ -50,8 +50,19 @@ pub enum Error {
     /// A GPU operation failed in a way that is a bug (validation, a missing plan).
     #[error("GPU: {0}")]
     Gpu(String),
+    /// An invariant of Pippin's own code broke: a bug, whatever the caller did.
+    #[error("internal error (a bug in Pippin): {0}")]
+    Internal(String),
+    /// Reading a file failed (its text: an error is cloned, for every later call of a
+    /// reply that failed).
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(String),
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e.to_string())
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -90,6 +101,9 @@ impl Error {
     pub fn device_limits(msg: impl fmt::Display) -> Self {
         Error::DeviceLimits(msg.to_string())
     }
+    pub fn internal(msg: impl fmt::Display) -> Self {
+        Error::Internal(msg.to_string())
+    }
 
     /// The stable name of what went wrong, for programs (JavaScript's `err.code`).
     /// `Internal` is a bug in Pippin or the GPU driver, not something a caller did.
@@ -104,29 +118,7 @@ impl Error {
             Error::NoAdapter(_) => "NoAdapter",
             Error::DeviceLimits(_) => "DeviceLimits",
             Error::DeviceLost(_) => "DeviceLost",
-            Error::Gpu(_) => "Internal",
-        }
-    }
-
-    /// The same error again (a reply that failed answers every later call with it).
-    pub fn again(&self) -> Error {
-        let m = |s: &String| s.clone();
-        match self {
-            Error::Gguf(s) => Error::Gguf(m(s)),
-            Error::Truncated(s) => Error::Truncated(m(s)),
-            Error::Unsupported(s) => Error::Unsupported(m(s)),
-            Error::Tokenizer(s) => Error::Tokenizer(m(s)),
-            Error::Template(s) => Error::Template(m(s)),
-            Error::Grammar(s) => Error::Grammar(m(s)),
-            Error::Busy(s) => Error::Busy(m(s)),
-            Error::Invalid(s) => Error::Invalid(m(s)),
-            Error::ContextFull(s) => Error::ContextFull(m(s)),
-            Error::Download(s) => Error::Download(m(s)),
-            Error::NoAdapter(s) => Error::NoAdapter(m(s)),
-            Error::DeviceLimits(s) => Error::DeviceLimits(m(s)),
-            Error::DeviceLost(s) => Error::DeviceLost(m(s)),
-            Error::Gpu(s) => Error::Gpu(m(s)),
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Gpu(_) | Error::Internal(_) => "Internal",
         }
     }
 }
@@ -160,12 +152,11 @@ mod tests {
             Error::DeviceLimits(s()),
             Error::DeviceLost(s()),
             Error::Gpu(s()),
-            Error::Io(std::io::Error::other("x")),
+            Error::Internal(s()),
+            Error::from(std::io::Error::other("x")),
         ];
         for e in &all {
             assert!(CODES.contains(&e.code()), "{e:?}");
-            assert_eq!(e.again().code(), e.code());
-            assert_eq!(e.again().to_string(), e.to_string());
         }
         for c in CODES {
             let quoted = format!("\"{c}\"");

@@ -522,7 +522,7 @@ impl Engine {
             }
             Ok(e) => Ok(e),
             Err(e) => {
-                let again = e.again();
+                let again = e.clone();
                 self.end(id, Ended::Failed(e));
                 Err(again)
             }
@@ -537,7 +537,7 @@ impl Engine {
     fn ended_as(&self, id: u64) -> Result<Event> {
         match &self.ended {
             Some((e, Ended::Done(ev))) if *e == id => Ok(ev.clone()),
-            Some((e, Ended::Failed(err))) if *e == id => Err(err.again()),
+            Some((e, Ended::Failed(err))) if *e == id => Err(err.clone()),
             _ if self.running.is_some() => Err(busy()),
             _ => Err(Error::invalid(
                 "this reply has ended: start another with generate() or chat()",

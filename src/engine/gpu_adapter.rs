@@ -114,33 +114,3 @@ impl GpuAdapter {
         })
     }
 }
-
-/// Adapters resident on the GPU, by name: several at once, any one chosen per call.
-#[derive(Default)]
-pub struct Adapters {
-    map: std::collections::BTreeMap<String, GpuAdapter>,
-}
-
-impl Adapters {
-    /// Adds (or replaces) an adapter.
-    pub fn insert(&mut self, name: &str, adapter: GpuAdapter) {
-        self.map.insert(name.to_string(), adapter);
-    }
-
-    pub fn get(&self, name: &str) -> Option<&GpuAdapter> {
-        self.map.get(name)
-    }
-
-    /// Drops an adapter; its GPU buffers are freed. False when there was none.
-    pub fn remove(&mut self, name: &str) -> bool {
-        self.map.remove(name).is_some()
-    }
-
-    /// (name, GPU bytes, rank) of each adapter.
-    pub fn list(&self) -> Vec<(String, u64, usize)> {
-        self.map
-            .iter()
-            .map(|(n, a)| (n.clone(), a.bytes, a.rank))
-            .collect()
-    }
-}

@@ -233,17 +233,17 @@ impl GpuModel {
     ) -> Result<GpuModel> {
         let mut take = |name: &str| {
             up.remove(name)
-                .ok_or_else(|| Error::gguf(format!("tensor {name} was not read")))
+                .ok_or_else(|| Error::internal(format!("tensor {name} was not read")))
         };
         // `upload` makes each tensor what its spec says; a mismatch is a bug, reported
         // as an error rather than a panic.
         let matrix = |u: Uploaded| match u {
             Uploaded::Matrix(m) => Ok(m),
-            Uploaded::Vector(..) => Err(Error::gguf("a matrix was uploaded as a vector")),
+            Uploaded::Vector(..) => Err(Error::internal("a matrix was uploaded as a vector")),
         };
         let vector = |u: Uploaded| match u {
             Uploaded::Vector(b, v) => Ok((b, v)),
-            Uploaded::Matrix(_) => Err(Error::gguf("a vector was uploaded as a matrix")),
+            Uploaded::Matrix(_) => Err(Error::internal("a vector was uploaded as a matrix")),
         };
         // Named as the family's files name them (Phi-3's RoPE factors have a name of
         // their own).

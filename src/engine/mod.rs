@@ -19,7 +19,7 @@ pub use crate::gguf::{ByteSource, Progress, ReadSource};
 pub use backends::{AnyBackend, BackendKind};
 pub use core::{busy, AdapterChoice, Engine, GpuBytes, Prompt, ResidentAdapter};
 pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
-pub use gpu_adapter::{Adapters, GpuAdapter, GpuLora};
+pub use gpu_adapter::{GpuAdapter, GpuLora};
 pub use gpu_model::{GpuLayer, GpuModel};
 pub use gpu_session::{GpuBackend, GpuFootprint, GpuSession, SessionOptions};
 pub use logprobs::{LogitBias, TokenLogprob};
@@ -337,6 +337,8 @@ pub struct Generation {
     picked: Option<logprobs::Step>,
     /// Handled tokens' log-probabilities, until text carries them out.
     spelled: Vec<TokenLogprob>,
+    /// Those of text a tool-call reader held back, until text it lets out.
+    held: Vec<TokenLogprob>,
     /// A reply that may be a tool call: its text passes through here.
     calls: Option<CallReader>,
     tool_calls: Vec<ToolCall>,
@@ -439,6 +441,7 @@ impl Generation {
             full,
             picked: None,
             spelled: Vec::new(),
+            held: Vec::new(),
             guide,
             calls: None,
             tool_calls: Vec::new(),
@@ -618,12 +621,13 @@ impl Generation {
                         },
                         Some(r),
                     ) => {
+                        self.held.extend(logprobs);
                         let text = r.push(&text);
                         if !text.is_empty() {
                             return Ok(Event::Text {
                                 text,
                                 token,
-                                logprobs,
+                                logprobs: std::mem::take(&mut self.held),
                             });
                         }
                     }
@@ -641,7 +645,7 @@ impl Generation {
                         return Ok(Event::Text {
                             text: rest,
                             token,
-                            logprobs: Vec::new(),
+                            logprobs: std::mem::take(&mut self.held),
                         });
                     }
                 }

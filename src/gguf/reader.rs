@@ -267,7 +267,7 @@ impl<R: Read> Parser<R> {
         let mut b = [0u8; N];
         self.r.read_exact(&mut b).map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => self.eof(what),
-            _ => Error::Io(e),
+            _ => Error::from(e),
         })?;
         self.pos += N as u64;
         Ok(b)

@@ -207,12 +207,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Records the plan into `pass`; `n_splits` sizes the flash-decoding dispatches.
-    pub fn replay(&self, pass: &mut wgpu::ComputePass, n_splits: u32) {
-        self.replay_range(pass, n_splits, 0..self.steps.len());
-    }
-
-    /// Records dispatches `range` of the plan only (a step submitted in two parts).
+    /// Records dispatches `range` of the plan into `pass` (a step is submitted whole or
+    /// in two parts); `n_splits` sizes the flash-decoding dispatches.
     pub fn replay_range(
         &self,
         pass: &mut wgpu::ComputePass,

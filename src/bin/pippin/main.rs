@@ -277,11 +277,11 @@ fn main() {
         } => make_adapter(&out, &model, rank, &modules, seed, zero_b),
         Cmd::MakeLarge { out } => pippin::testing::synthetic::Spec::large()
             .write(&out)
-            .map_err(Error::Io),
+            .map_err(Error::from),
         Cmd::MakeAfm { out, vocab_from } => {
             pippin::gguf::Gguf::open(&vocab_from).and_then(|(gguf, _)| {
                 let spec = pippin::testing::synthetic::Spec::afm(&gguf.metadata);
-                spec.write(&out).map_err(Error::Io)
+                spec.write(&out).map_err(Error::from)
             })
         }
         Cmd::Bench {

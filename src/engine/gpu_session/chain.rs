@@ -36,22 +36,22 @@ impl GpuSession {
         want: &Want<'_>,
     ) -> Result<()> {
         if want.top_k.is_none() {
-            return Err(Error::invalid(
+            return Err(Error::internal(
                 "a submitted step picks a token from candidates",
             ));
         }
         if self.inflight.len() >= 2 {
-            return Err(Error::invalid(
+            return Err(Error::internal(
                 "two steps are in flight already: read one first",
             ));
         }
         let chained = tokens.is_empty();
         if chained {
             if self.inflight.is_empty() {
-                return Err(Error::invalid("no submitted step to chain on"));
+                return Err(Error::internal("no submitted step to chain on"));
             }
             if self.tokens.len() >= self.opts.max_context {
-                return Err(Error::invalid(format!(
+                return Err(Error::context_full(format!(
                     "the session's context of {} tokens is full",
                     self.opts.max_context
                 )));
@@ -104,7 +104,7 @@ impl GpuSession {
         let f = self
             .inflight
             .front()
-            .ok_or_else(|| Error::invalid("no submitted step to read"))?;
+            .ok_or_else(|| Error::internal("no submitted step to read"))?;
         let bytes = m.gpu.map_read(&self.b.read_choice[f.staging]).await?;
         let t = bytes
             .get(..4)
