@@ -3,7 +3,7 @@
 // session (conversations.js): several on one model, cloned, kept across reloads.
 import { Pippin } from "pippin/worker";
 import { escape, renderMarkdown } from "./markdown.js";
-import { conversation, forget, save, savedFor } from "./conversations.js";
+import { bytesOf, conversation, forget, save, savedFor } from "./conversations.js";
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -197,14 +197,14 @@ async function cloneChat() {
   await begin(conversation(state.model, await from.session.clone(), `${from.title} (copy)`));
 }
 
-/** Opens `c`; a saved one is restored from its bytes (refused: another model or format). */
+/** Opens `c`; a saved one is restored from its bytes. One saved with another model or
+ * KV cache format is refused: it stays listed (loaded as it was saved, it opens). */
 async function switchTo(c) {
   if (c === state.current) return;
   try {
-    c.session ??= await state.llm.restoreSession(c.bytes);
+    c.session ??= await state.llm.restoreSession(await bytesOf(c.id));
   } catch (e) {
-    banner(`This saved conversation cannot continue on this model: ${escape(e.message)}`, "error");
-    return dropConversation(c);
+    return banner(`This saved conversation cannot continue here: ${escape(e.message)}`, "error");
   }
   state.current = c;
   showConversations();
@@ -214,18 +214,19 @@ async function switchTo(c) {
 async function dropConversation(c) {
   c.session?.destroy();
   state.conversations = state.conversations.filter((x) => x !== c);
-  await forget(c.id);
   if (state.current === c) {
     state.current = null;
-    await (state.conversations.length ? switchTo(state.conversations[0]) : newChat());
+    const next = state.conversations.find((x) => x.session);
+    await (next ? switchTo(next) : newChat());
   }
   showConversations();
+  await forget(c.id);
 }
 
 /** The saved conversations of this model, listed (restored when opened). */
 async function listSaved() {
   const saved = await savedFor(state.model).catch(() => []);
-  state.conversations = saved.map((r) => Object.assign(conversation(r.model, null, r.title), { id: r.id, bytes: r.bytes }));
+  state.conversations = saved.map((r) => Object.assign(conversation(r.model, null, r.title), { id: r.id }));
 }
 
 /** The structured-output box's schema, or null when it is empty (a bad one throws). */
@@ -367,7 +368,12 @@ async function loadAdapter() {
   }
 }
 
-$("load").onclick = loadModel;
+// A load replaces the model: a reply running stops, then the load waits its turn.
+const loadSerially = serially(loadModel);
+$("load").onclick = () => {
+  state.ctl?.abort();
+  loadSerially();
+};
 $("model-preset").onchange = () => {
   const url = $("model-preset").value;
   $("model-url").value = url;
