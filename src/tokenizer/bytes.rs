@@ -6,9 +6,12 @@ use super::Tokenizer;
 use crate::error::Result;
 use std::collections::HashMap;
 
+/// A vocabulary's spelling and GPT-2's byte map, kept by the tokenizer.
+pub(super) type Spelled = (Spelling, HashMap<char, u8>);
+
 /// How a vocabulary writes bytes in its token strings.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Spelling {
+pub(super) enum Spelling {
     /// GPT-2's map: printable bytes stand for themselves, the rest for U+0100 on.
     ByteLevel,
     /// Text as is, `▁` for a space, `<0xNN>` for a raw byte.
@@ -85,12 +88,14 @@ impl Tokenizer {
     /// text, unmarked; an id no token has: empty).
     pub fn bytes_of_tokens(&self, ids: &[u32]) -> Vec<Vec<u8>> {
         let tk = &self.special;
-        let (spelling, map) = (spelling(tk), byte_level_map());
+        let (spelling, map) = self
+            .spelling
+            .get_or_init(|| (spelling(tk), byte_level_map()));
         let added = tk.get_added_tokens_decoder();
         ids.iter()
             .map(|id| match (added.get(id), tk.id_to_token(*id)) {
                 (Some(t), _) => t.content.as_bytes().to_vec(),
-                (None, Some(text)) => bytes_of(&text, spelling, &map),
+                (None, Some(text)) => bytes_of(&text, *spelling, map),
                 (None, None) => Vec::new(),
             })
             .collect()

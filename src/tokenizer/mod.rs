@@ -58,6 +58,9 @@ pub struct Tokenizer {
     specials: HashMap<char, Vec<(String, u32)>>,
     /// The template's tool-call syntax, probed on first use (`tool_syntax`).
     tool_syntax: std::sync::OnceLock<ToolSyntax>,
+    /// How the vocabulary spells bytes, and GPT-2's byte map: worked out on first use
+    /// (`bytes_of_tokens`, once a token with log-probabilities).
+    spelling: std::sync::OnceLock<bytes::Spelled>,
     /// Tokens, added ones included (the `tokenizers` crate counts them by building
     /// the whole vocabulary's map: too slow for a decode step).
     vocab: usize,
@@ -129,6 +132,7 @@ impl Tokenizer {
             chat,
             specials,
             tool_syntax: std::sync::OnceLock::new(),
+            spelling: std::sync::OnceLock::new(),
         })
     }
 
