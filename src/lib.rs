@@ -14,6 +14,8 @@ pub mod memory;
 pub mod model;
 pub mod par;
 pub mod quant;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod recover;
 pub mod rng;
 pub mod sampler;
 pub mod testing;

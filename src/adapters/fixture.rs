@@ -2,11 +2,10 @@
 //! `adapter_model.safetensors`, Hugging Face module names and row order), with random
 //! A and B: the test fixtures for the default model. `pippin make-adapter` writes one.
 
+use super::write::{self, PeftLora, PeftSpec};
 use crate::model::Config;
 use crate::model::Proj;
 use crate::rng::Rng;
-use safetensors::{serialize, Dtype, View};
-use std::borrow::Cow;
 
 pub struct FixtureSpec<'a> {
     pub rank: usize,
@@ -20,92 +19,35 @@ pub struct FixtureSpec<'a> {
     pub half: bool,
 }
 
-struct T {
-    shape: Vec<usize>,
-    data: Vec<u8>,
-    half: bool,
-}
-
-impl View for &T {
-    fn dtype(&self) -> Dtype {
-        if self.half {
-            Dtype::F16
-        } else {
-            Dtype::F32
-        }
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
-    }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
-fn tensor(rows: usize, cols: usize, rng: &mut Rng, amp: f32, half: bool) -> T {
-    let vals = (0..rows * cols).map(|_| (rng.next_f32() * 2.0 - 1.0) * amp);
-    let data = if half {
-        vals.flat_map(|v| half::f16::from_f32(v).to_le_bytes())
-            .collect()
-    } else {
-        vals.flat_map(|v| v.to_le_bytes()).collect()
-    };
-    T {
-        shape: vec![rows, cols],
-        data,
-        half,
-    }
+fn random(n: usize, rng: &mut Rng, amp: f32) -> Vec<f32> {
+    (0..n).map(|_| (rng.next_f32() * 2.0 - 1.0) * amp).collect()
 }
 
 /// (adapter_config.json, adapter_model.safetensors) for model `c`.
 pub fn write(c: &Config, spec: &FixtureSpec) -> (String, Vec<u8>) {
     let mut rng = Rng::new(spec.seed);
-    let mut tensors: Vec<(String, T)> = Vec::new();
+    let mut loras = Vec::new();
     for layer in 0..c.n_layers {
         for &name in spec.modules {
-            let Some(m) = Proj::ALL.into_iter().find(|p| p.hf_name() == name) else {
+            let Some(proj) = Proj::ALL.into_iter().find(|p| p.hf_name() == name) else {
                 continue;
             };
-            let (rows, cols) = m.shape(c);
-            let block = if m.is_attention() { "self_attn" } else { "mlp" };
-            let base = format!("base_model.model.model.layers.{layer}.{block}.{name}");
-            let a = tensor(
-                spec.rank,
-                cols,
-                &mut rng,
-                1.0 / (cols as f32).sqrt(),
-                spec.half,
-            );
-            let b = tensor(
-                rows,
-                spec.rank,
+            let (rows, cols) = proj.shape(c);
+            let a = random(spec.rank * cols, &mut rng, 1.0 / (cols as f32).sqrt());
+            let b = random(
+                rows * spec.rank,
                 &mut rng,
                 if spec.zero_b { 0.0 } else { 0.05 },
-                spec.half,
             );
-            tensors.push((format!("{base}.lora_A.weight"), a));
-            tensors.push((format!("{base}.lora_B.weight"), b));
+            loras.push(PeftLora { layer, proj, a, b });
         }
     }
-    let views: Vec<(String, &T)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    let bytes = serialize(views, None).expect("safetensors serialization");
-    let config = serde_json::json!({
-        "peft_type": "LORA",
-        "r": spec.rank,
-        "lora_alpha": spec.alpha,
-        "lora_dropout": 0.0,
-        "target_modules": spec.modules,
-        "bias": "none",
-        "fan_in_fan_out": false,
-        "use_rslora": false,
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    });
-    (
-        serde_json::to_string_pretty(&config).unwrap_or_default(),
-        bytes,
-    )
+    let peft = PeftSpec {
+        rank: spec.rank,
+        alpha: spec.alpha,
+        half: spec.half,
+        base_model: "HuggingFaceTB/SmolLM2-135M-Instruct",
+    };
+    // The shapes are the model's own: writing cannot fail.
+    write::write(c, &peft, &loras).unwrap_or_default()
 }

@@ -5,8 +5,11 @@
 
 pub mod fixture;
 mod peft;
+pub mod recovery;
+pub mod write;
 
 pub use peft::{parse, LoraConfig};
+pub use write::{PeftLora, PeftSpec};
 
 use crate::model::{Config, PerProj, Proj, RopeStyle, Weights};
 
@@ -57,6 +60,50 @@ impl Adapter {
     }
 }
 
+/// `task` on top of `base` as one adapter: where both update a projection, the update
+/// is both at once (A's rows stacked, B's columns side by side: B·A = B₁·A₁ + B₂·A₂,
+/// each B carrying its own scale), so a task adapter trained on a recovered model runs
+/// with its recovery adapter under it, at the cost of the two ranks together.
+pub fn stack(base: &Adapter, task: &Adapter) -> Adapter {
+    let layers = base
+        .layers
+        .iter()
+        .zip(&task.layers)
+        .map(|(b, t)| {
+            let mut out = PerProj::<Option<Lora>>::default();
+            for p in Proj::ALL {
+                out[p] = match (&b[p], &t[p]) {
+                    (Some(x), Some(y)) => Some(concat(x, y)),
+                    (x, y) => x.clone().or_else(|| y.clone()),
+                };
+            }
+            out
+        })
+        .collect();
+    Adapter {
+        rank: base.rank + task.rank,
+        scale: 1.0,
+        layers,
+    }
+}
+
+fn concat(x: &Lora, y: &Lora) -> Lora {
+    let rank = x.rank + y.rank;
+    let mut b = Vec::with_capacity(x.rows * rank);
+    for r in 0..x.rows {
+        b.extend_from_slice(&x.b[r * x.rank..][..x.rank]);
+        b.extend_from_slice(&y.b[r * y.rank..][..y.rank]);
+    }
+    Lora {
+        rank,
+        rows: x.rows,
+        cols: x.cols,
+        a: [&x.a[..], &y.a[..]].concat(),
+        b,
+        half: x.half && y.half,
+    }
+}
+
 /// GGUF llama files store Q and K rows permuted for adjacent-pair RoPE (as llama.cpp's
 /// converter does): row (h, j, i) of Hugging Face's layout is row (h, i, j) here.
 /// An adapter's B for q_proj/k_proj needs the same permutation.
@@ -74,6 +121,28 @@ pub fn permute_rows<T: Copy + Default>(
             for j in 0..2 {
                 let dst = h * head_dim + 2 * i + j;
                 let src = h * head_dim + j * half + i;
+                out[dst * rank..][..rank].copy_from_slice(&b[src * rank..][..rank]);
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of `permute_rows`: GGUF's row order back to Hugging Face's (what a
+/// PEFT file stores).
+pub fn unpermute_rows<T: Copy + Default>(
+    b: &[T],
+    rank: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Vec<T> {
+    let half = head_dim / 2;
+    let mut out = vec![T::default(); b.len()];
+    for h in 0..heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = h * head_dim + 2 * i + j;
+                let dst = h * head_dim + j * half + i;
                 out[dst * rank..][..rank].copy_from_slice(&b[src * rank..][..rank]);
             }
         }

@@ -387,7 +387,7 @@ fn write_tensors(
 
 /// Writes to a temporary name beside `output`, then renames: a failed or interrupted
 /// conversion never leaves a file that looks finished.
-fn write_atomically(w: &Writer, output: &Path) -> Result<u64> {
+pub(crate) fn write_atomically(w: &Writer, output: &Path) -> Result<u64> {
     let name = output
         .file_name()
         .ok_or_else(|| Error::invalid(format!("{} is not a file name", output.display())))?;

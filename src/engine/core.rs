@@ -19,6 +19,7 @@ use super::tools::{self, Prepared};
 use super::Backend;
 use super::{common_prefix, Want};
 use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
+use crate::adapters::{recovery, Adapter};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
 use crate::gpu::Gpu;
@@ -108,6 +109,10 @@ pub struct Engine {
     print: u64,
     /// Each loaded adapter's fingerprint (of its files), by name.
     adapter_prints: Vec<(String, u64)>,
+    /// The recovery adapter the model's file carries (`adapters::recovery`), parsed
+    /// and resident: it runs under every reply, and task adapters stack on it.
+    recovery: Option<(Adapter, Rc<Resident>)>,
+    recovery_on: bool,
 }
 
 /// What a prefill did: prompt tokens found in the KV cache (or a kept snapshot) and
@@ -137,12 +142,14 @@ impl Engine {
             print = model_print(g);
             Ok(())
         };
-        let (model, _) =
+        let (mut model, gguf) =
             GpuModel::load_checked(gpu, src, progress, &mut check, Some(&session)).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
+        let tensors = std::mem::take(&mut model.adapter_tensors);
         let mut e = Self::new(model, tokenizer, session)?;
         e.print = print;
+        e.take_recovery(&gguf, tensors)?;
         Ok(e)
     }
 
@@ -180,7 +187,7 @@ impl Engine {
             Ok(())
         };
         let max = session.max_context;
-        let (model, _) =
+        let (model, gguf, tensors) =
             super::cpu::load_shared(src, max, progress, &mut check, team.as_ref()).await?;
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
@@ -191,6 +198,7 @@ impl Engine {
         };
         let mut e = Self::with_body(body, tokenizer, reason, budget);
         e.print = print;
+        e.take_recovery(&gguf, tensors)?;
         Ok(e)
     }
 
@@ -240,7 +248,56 @@ impl Engine {
         self.active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
+            .or(self.base_adapter())
             .cloned()
+    }
+
+    /// Parses and makes resident the recovery adapter the file carries (`tensors`,
+    /// read by the loader): from then on it runs under every reply.
+    fn take_recovery(&mut self, g: &Gguf, mut tensors: recovery::Tensors) -> Result<()> {
+        if !recovery::present(&g.metadata) {
+            return Ok(());
+        }
+        let adapter = recovery::read(&g.metadata, self.config(), |n| tensors.remove(n))?;
+        let resident = Rc::new(self.resident(adapter.clone())?);
+        self.recovery = Some((adapter, resident));
+        self.recovery_on = true;
+        Ok(())
+    }
+
+    /// The recovery adapter's rank and bytes, when the model's file carries one, and
+    /// whether it runs under the base model's replies.
+    pub fn recovery(&self) -> Option<(usize, u64, bool)> {
+        let on = self.recovery_on;
+        self.recovery.as_ref().map(|(a, r)| (a.rank, r.bytes(), on))
+    }
+
+    /// Whether the recovery adapter runs under replies that name no adapter (`false`
+    /// measures the compressed model alone). Task adapters keep it: they were stacked
+    /// on it when loaded.
+    pub fn set_recovery(&mut self, on: bool) -> Result<()> {
+        self.idle()?;
+        self.recovery_on = on;
+        Ok(())
+    }
+
+    /// The recovery adapter, where it runs under the base model.
+    fn base_adapter(&self) -> Option<&Rc<Resident>> {
+        self.recovery
+            .as_ref()
+            .filter(|_| self.recovery_on)
+            .map(|r| &r.1)
+    }
+
+    /// An adapter made resident on this engine's backend.
+    fn resident(&self, adapter: Adapter) -> Result<Resident> {
+        Ok(match &self.body {
+            Body::Gpu { model, .. } => Resident::Gpu(GpuAdapter::upload(&model.gpu, &adapter)?),
+            Body::Cpu { .. } => Resident::Cpu {
+                id: super::gpu_adapter::next_id(),
+                adapter,
+            },
+        })
     }
 
     /// Dispatches per token of the running (or last) reply's decode steps.
@@ -296,6 +353,8 @@ impl Engine {
             prefix: PrefixCache::new(budget),
             print,
             adapter_prints: Vec::new(),
+            recovery: None,
+            recovery_on: false,
         }
     }
 
@@ -360,10 +419,16 @@ impl Engine {
     /// benchmarks), refused while a reply runs.
     pub fn backend(&mut self) -> Result<AnyBackend<'_>> {
         self.idle()?;
+        // Field by field (the body is borrowed mutably beside): `active_adapter`.
         let adapter = self
             .active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
+            .or(self
+                .recovery
+                .as_ref()
+                .filter(|_| self.recovery_on)
+                .map(|r| &r.1))
             .map(|a| a.as_ref());
         Ok(Self::backend_of(&mut self.body, adapter))
     }
@@ -372,10 +437,16 @@ impl Engine {
     /// (`generate_drafted`).
     pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<CpuBackend<'_>>)> {
         self.idle()?;
+        // Field by field (the body is borrowed mutably beside): `active_adapter`.
         let adapter = self
             .active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
+            .or(self
+                .recovery
+                .as_ref()
+                .filter(|_| self.recovery_on)
+                .map(|r| &r.1))
             .map(|a| a.as_ref());
         let draft = self
             .draft
@@ -451,7 +522,8 @@ impl Engine {
             AdapterChoice::Named(n) => Some(n.as_str()),
         };
         match name {
-            None => Ok(None),
+            // The base model: with its recovery adapter, where it has one.
+            None => Ok(self.base_adapter().cloned()),
             Some(n) => self
                 .adapters
                 .get(n)
@@ -735,14 +807,12 @@ impl Engine {
     /// Uploads a PEFT LoRA adapter under `name` (replacing one of that name).
     pub fn load_adapter(&mut self, name: &str, config: &[u8], weights: &[u8]) -> Result<()> {
         self.idle()?;
-        let adapter = crate::adapters::parse(config, weights, self.config())?;
-        let resident = match &self.body {
-            Body::Gpu { model, .. } => Resident::Gpu(GpuAdapter::upload(&model.gpu, &adapter)?),
-            Body::Cpu { .. } => Resident::Cpu {
-                id: super::gpu_adapter::next_id(),
-                adapter,
-            },
-        };
+        let mut adapter = crate::adapters::parse(config, weights, self.config())?;
+        // Trained on the recovered model, a task adapter runs on top of its recovery.
+        if let Some((base, _)) = &self.recovery {
+            adapter = crate::adapters::stack(base, &adapter);
+        }
+        let resident = self.resident(adapter)?;
         if let Some(old) = self.adapters.insert(name.to_string(), Rc::new(resident)) {
             self.prefix.forget_adapter(old.id());
         }

@@ -54,6 +54,9 @@ pub struct GpuModel {
     /// Milliseconds the load spent compiling pipelines from the header, before the
     /// weights (0 when it was not given session options).
     pub header_compile_ms: f64,
+    /// The bytes of the adapter the file carries (its recovery adapter), for the
+    /// engine to parse and upload; taken by it.
+    pub adapter_tensors: crate::adapters::recovery::Tensors,
 }
 
 pub(super) enum Uploaded {
@@ -129,7 +132,7 @@ impl Palettes {
                 self.tables.insert(s.name.clone(), bytes);
                 s
             }
-            Role::Whole(_) => return Ok(None),
+            Role::Whole(_) | Role::Adapter => return Ok(None),
         };
         if !(self.indices.contains_key(&s.name) && self.tables.contains_key(&s.name)) {
             return Ok(None);
@@ -173,7 +176,8 @@ impl GpuModel {
         let gguf = read_streamed_header(&mut w, progress).await?;
         let config = Config::from_gguf(&gguf)?;
         attention::check_shape(&config)?;
-        let reads = roles(&gguf, &config)?;
+        let mut reads = roles(&gguf, &config)?;
+        crate::adapters::recovery::add_reads(&gguf, &mut reads);
         check(&gguf)?;
         // Natively `Kernels` is Send + Sync (sessions on other threads share a model);
         // wgpu's browser types are not, and there the model has one thread.
@@ -187,6 +191,7 @@ impl GpuModel {
         let roles = &reads.roles;
         let mut up: HashMap<String, Uploaded> = HashMap::new();
         let mut palettes = Palettes::default();
+        let mut adapter_tensors = crate::adapters::recovery::Tensors::new();
         for t in &reads.tensors {
             let start = gguf.start(t);
             if let Role::Whole(s) = &roles[&t.name] {
@@ -201,6 +206,9 @@ impl GpuModel {
                 Role::Whole(_) => {
                     up.insert(t.name.clone(), upload_vector(&gpu, t, &bytes)?);
                 }
+                Role::Adapter => {
+                    adapter_tensors.insert(t.name.clone(), (t.ty, bytes));
+                }
                 role => {
                     if let Some((name, m)) = palettes.add(&gpu, role, bytes)? {
                         up.insert(name, m);
@@ -212,6 +220,7 @@ impl GpuModel {
         }
         let mut model = Self::assemble(gpu, kernels, config, up)?;
         model.header_compile_ms = header_compile_ms;
+        model.adapter_tensors = adapter_tensors;
         Ok((model, gguf))
     }
 
@@ -333,6 +342,7 @@ impl GpuModel {
             rope_factors,
             weight_bytes,
             header_compile_ms: 0.0,
+            adapter_tensors: Default::default(),
         })
     }
 

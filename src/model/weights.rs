@@ -427,6 +427,9 @@ pub enum Role {
     Whole(TensorSpec),
     Indices(TensorSpec, u32, usize),
     Tables(TensorSpec),
+    /// Not a weight of the model: an adapter the file carries (its recovery
+    /// adapter), read as bytes for the layer that knows its layout.
+    Adapter,
 }
 
 /// What a loader reads: the tensors (rows of a fused one as tensors of their own), in

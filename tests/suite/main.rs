@@ -27,6 +27,7 @@ mod palettized;
 mod pipelined;
 mod real_models_cpu;
 mod real_models_gpu;
+mod recover;
 mod reference_model;
 mod sessions;
 mod speculation;

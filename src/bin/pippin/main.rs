@@ -1,11 +1,12 @@
 //! The native command line: `pippin generate`, `bench`, `convert`, `perplexity`,
-//! `make-adapter`, `info`.
+//! `recover`, `make-adapter`, `info`.
 
 mod bench;
 mod bench_guided;
 mod bench_sessions;
 mod bench_speculation;
 mod quality;
+mod recover;
 
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::tools::{self, Prepared};
@@ -15,7 +16,7 @@ use pippin::engine::{
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
 use pippin::guided::ResponseFormat;
-use pippin::model::{load_reference, Config};
+use pippin::model::Config;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::{Message, Tokenizer};
@@ -112,6 +113,9 @@ enum Cmd {
     Convert(quality::ConvertArgs),
     /// Token-level perplexity of a model over a text (sliding window).
     Perplexity(quality::PerplexityArgs),
+    /// Train accuracy-recovery LoRA adapters for a compressed model against its
+    /// original (distillation on calibration text); writes a PEFT folder.
+    Recover(recover::RecoverArgs),
     /// Print a model's configuration, metadata and tensor table.
     Info {
         /// A GGUF file.
@@ -162,6 +166,9 @@ struct GenerateArgs {
     /// model whose KV cache or tables do not fit is refused.
     #[arg(long)]
     max_binding_mib: Option<u64>,
+    /// Leave out the recovery adapter the model's file carries (`convert --recover`).
+    #[arg(long)]
+    no_recovery: bool,
     /// A PEFT LoRA adapter: a folder with adapter_config.json and adapter_model.safetensors.
     #[arg(long)]
     adapter: Option<PathBuf>,
@@ -267,6 +274,7 @@ fn main() {
         Cmd::Info { model } => info(&model),
         Cmd::Convert(a) => quality::convert_cmd(a),
         Cmd::Perplexity(a) => quality::perplexity_cmd(a),
+        Cmd::Recover(a) => recover::recover_cmd(a),
         Cmd::MakeAdapter {
             out,
             model,
@@ -370,7 +378,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         ..Default::default()
     };
     let (finish, u, tool_calls, engine) = if a.reference {
-        let (_, mut model) = load_reference(&a.model)?;
+        let (_, mut model) = pippin::recover::load_recovered_reference(&a.model, !a.no_recovery)?;
         if let Some(dir) = &a.adapter {
             // The reference applies an adapter by merging it: W + s·B·A.
             let ad = read_adapter(dir, &model.config)?;
@@ -382,6 +390,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
         (f, u, c, "CPU reference".to_string())
     } else if a.cpu {
         let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so.clone()))?;
+        e.set_recovery(!a.no_recovery)?;
         if let Some(dir) = &a.adapter {
             e.load_adapter_dir("adapter", dir)?;
         }
@@ -399,6 +408,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             ));
         }
         let mut e = load_engine(&a.model, a.adapter.as_deref(), so, a.max_binding_mib)?;
+        e.set_recovery(!a.no_recovery)?;
         let name = format!(
             "GPU {} ({})",
             e.model()?.gpu.adapter.name,

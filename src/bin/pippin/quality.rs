@@ -5,8 +5,8 @@ use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
 use pippin::engine::{CpuSession, Engine, SessionOptions};
 use pippin::gguf::Gguf;
-use pippin::model::load_reference;
 use pippin::quant::kv::KvFormat;
+use pippin::recover;
 use pippin::tokenizer::Tokenizer;
 use pippin::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -67,6 +67,19 @@ pub struct ConvertArgs {
     error_feedback: bool,
     #[arg(long, default_value_t = 0x9e3779b9)]
     seed: u64,
+    /// Then train an accuracy-recovery adapter against the input (`pippin recover`)
+    /// and write it inside the output (its PEFT folder beside: OUTPUT.recovery/).
+    #[arg(long)]
+    recover: bool,
+    /// Calibration text for --recover (default: --calibration). Never the evaluation text.
+    #[arg(long, num_args = 1..)]
+    recover_text: Vec<PathBuf>,
+    /// --recover: LoRA rank.
+    #[arg(long, default_value_t = 16)]
+    rank: usize,
+    /// --recover: training steps (each 4 sequences of 128 tokens).
+    #[arg(long, default_value_t = recover::Options::default().steps)]
+    recover_steps: usize,
 }
 
 pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
@@ -95,9 +108,34 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
         error_feedback: a.error_feedback,
     };
     let t0 = Instant::now();
-    convert::convert(&a.input, &a.output, &opts, &mut |m| {
-        eprintln!("convert: {m}")
-    })?;
+    let mut log = |m: &str| eprintln!("convert: {m}");
+    if a.recover {
+        let mut files = a.recover_text.clone();
+        files.extend(a.calibration.clone().filter(|_| a.recover_text.is_empty()));
+        if files.is_empty() {
+            return Err(Error::invalid(
+                "--recover needs calibration text (--recover-text or --calibration)",
+            ));
+        }
+        let text = files
+            .iter()
+            .map(|p| read_text(p))
+            .collect::<Result<Vec<_>>>()?
+            .join("\n\n");
+        let (g, _) = Gguf::open(&a.input)?;
+        let tokens = Tokenizer::from_gguf(&g.metadata)?.encode_prompt(&text, false)?;
+        let ro = recover::Options {
+            rank: a.rank,
+            alpha: a.rank as f32,
+            steps: a.recover_steps,
+            save_every: 0,
+            ..Default::default()
+        };
+        let dir = a.output.with_extension("recovery");
+        recover::convert_recovered(&a.input, &a.output, &opts, &ro, &tokens, &dir, &mut log)?;
+    } else {
+        convert::convert(&a.input, &a.output, &opts, &mut log)?;
+    }
     eprintln!("convert: done in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
 }
@@ -120,6 +158,9 @@ pub struct PerplexityArgs {
     /// A PEFT LoRA adapter folder.
     #[arg(long)]
     adapter: Option<PathBuf>,
+    /// Leave out the recovery adapter the model's file carries (`convert --recover`).
+    #[arg(long)]
+    no_recovery: bool,
     /// Run on the CPU backend (quantized weights; --kv f32, else int8) instead of the GPU.
     #[arg(long)]
     cpu: bool,
@@ -155,6 +196,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             ..Default::default()
         };
         let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so))?;
+        e.set_recovery(!a.no_recovery)?;
         if let Some(dir) = &a.adapter {
             e.load_adapter_dir("adapter", dir)?;
         }
@@ -164,7 +206,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             "CPU backend".to_string(),
         )
     } else if a.reference {
-        let (_, mut model) = load_reference(&a.model)?;
+        let (_, mut model) = pippin::recover::load_recovered_reference(&a.model, !a.no_recovery)?;
         if let Some(dir) = &a.adapter {
             let ad = super::read_adapter(dir, &model.config)?;
             pippin::adapters::merge_into(&mut model.weights, &ad);
@@ -181,6 +223,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             ..Default::default()
         };
         let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so, None)?;
+        e.set_recovery(!a.no_recovery)?;
         let name = format!("GPU {}, KV {:?}", e.model()?.gpu.adapter.name, a.kv);
         let mut b = e.backend()?;
         (

@@ -4,6 +4,7 @@
 
 use super::matrix::QMatrix;
 use super::team::Team;
+use crate::adapters::recovery;
 use crate::error::{Error, Result};
 use crate::gguf::{read_streamed_header, ByteSource, Gguf, Progress, Window};
 use crate::model::weights::{decodable, roles, Role, Tensor};
@@ -20,23 +21,26 @@ pub async fn load<S: ByteSource>(
     progress: Progress<'_>,
     check: &mut dyn FnMut(&Gguf) -> Result<()>,
 ) -> Result<(Reference<QMatrix>, Gguf)> {
-    load_shared(src, max_context, progress, check, None).await
+    let (model, gguf, _) = load_shared(src, max_context, progress, check, None).await?;
+    Ok((model, gguf))
 }
 
-/// As `load`, each large matrix's rows split across `team`'s threads as it is read.
+/// As `load`, each large matrix's rows split across `team`'s threads as it is read,
+/// and the bytes of the adapter the file carries (its recovery adapter), by name.
 pub async fn load_shared<S: ByteSource>(
     src: &mut S,
     max_context: usize,
     progress: Progress<'_>,
     check: &mut dyn FnMut(&Gguf) -> Result<()>,
     team: Option<&Arc<dyn Team>>,
-) -> Result<(Reference<QMatrix>, Gguf)> {
+) -> Result<(Reference<QMatrix>, Gguf, recovery::Tensors)> {
     let total = src.total_len();
     let mut w = Window::new(src);
     let gguf = read_streamed_header(&mut w, progress).await?;
     let mut config = Config::from_gguf(&gguf)?;
     config.context_length = config.context_length.min(max_context.max(1));
-    let reads = roles(&gguf, &config)?;
+    let mut reads = roles(&gguf, &config)?;
+    recovery::add_reads(&gguf, &mut reads);
     let roles = &reads.roles;
     // Every plain tensor decodable before any weight is read.
     for t in &reads.tensors {
@@ -47,6 +51,7 @@ pub async fn load_shared<S: ByteSource>(
     check(&gguf)?;
     let mut read: HashMap<String, Tensor<QMatrix>> = HashMap::new();
     let mut halves: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut adapter = recovery::Tensors::new();
     for (id, t) in (0u32..).zip(&reads.tensors) {
         let bytes = w.take(t.shard, gguf.start(t), t.n_bytes, &t.name).await?;
         match &roles[&t.name] {
@@ -60,6 +65,9 @@ pub async fn load_shared<S: ByteSource>(
             Role::Whole(s) => {
                 let v = quant::dequantize(t.ty, &bytes, t.n_elements as usize)?;
                 read.insert(s.name.clone(), Tensor::Vector(v));
+            }
+            Role::Adapter => {
+                adapter.insert(t.name.clone(), (t.ty, bytes));
             }
             Role::Indices(s, ..) | Role::Tables(s) => {
                 // A palettized weight is built once both of its tensors are in.
@@ -82,7 +90,7 @@ pub async fn load_shared<S: ByteSource>(
         read.remove(&s.name)
             .ok_or_else(|| Error::gguf(format!("tensor {} was not read", s.name)))
     })?;
-    Ok((Reference::new(config, weights), gguf))
+    Ok((Reference::new(config, weights), gguf, adapter))
 }
 
 /// The bits and rows per table of palettized weight `name`.

@@ -59,7 +59,7 @@ fn stand_ins(shadow: &Gpu, reads: &Reads) -> Result<HashMap<String, Uploaded>> {
                 let m = GpuMatrix::empty(shadow, &s.name, format, *lut_rows, shape, max)?;
                 (&s.name, Uploaded::Matrix(m))
             }
-            Some(Role::Tables(_)) | None => continue,
+            Some(Role::Tables(_) | Role::Adapter) | None => continue,
         };
         up.insert(name.clone(), u);
     }

@@ -1,0 +1,142 @@
+//! `pippin recover`: flags ⇄ `pippin::recover` (accuracy-recovery adapters).
+
+use clap::Args;
+use pippin::gguf::Gguf;
+use pippin::model::Proj;
+use pippin::recover::{self, Options};
+use pippin::tokenizer::Tokenizer;
+use pippin::{Error, Result};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// The original model (the teacher), e.g. the Q4_1 file a palettized one came from.
+    pub source: PathBuf,
+    /// Its compressed conversion (`pippin convert`), which the adapter is trained on.
+    pub compressed: PathBuf,
+    /// Folder for the PEFT adapter (adapter_config.json, adapter_model.safetensors)
+    /// and the training state beside them.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Calibration text files (UTF-8), joined in order. Never the evaluation text.
+    #[arg(long, required = true, num_args = 1..)]
+    pub calibration: Vec<PathBuf>,
+    /// LoRA rank (AFM: 16).
+    #[arg(long, default_value_t = 16)]
+    pub rank: usize,
+    /// lora_alpha (default: the rank, a scale of 1).
+    #[arg(long)]
+    pub alpha: Option<f32>,
+    /// Projections to adapt: "all", or Hugging Face names (q_proj,v_proj,...).
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub modules: Vec<String>,
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
+    /// Sequences a step.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Tokens a sequence.
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+    /// Save the adapter and the training state every N steps (0: at the end only).
+    #[arg(long, default_value_t = 50)]
+    pub save_every: usize,
+    /// Continue from the training state in --out.
+    #[arg(long)]
+    pub resume: bool,
+    /// Also write the compressed model with the adapter inside, as one GGUF file
+    /// (every loader then runs it: `convert --recover` does all three steps).
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
+}
+
+impl RecoverArgs {
+    pub fn options(&self) -> Result<Options> {
+        let modules = if self.modules.iter().any(|m| m == "all") {
+            Proj::ALL.to_vec()
+        } else {
+            self.modules
+                .iter()
+                .map(|m| {
+                    Proj::ALL
+                        .into_iter()
+                        .find(|p| p.hf_name() == m)
+                        .ok_or_else(|| Error::invalid(format!("--modules: unknown module {m:?}")))
+                })
+                .collect::<Result<_>>()?
+        };
+        Ok(Options {
+            rank: self.rank,
+            alpha: self.alpha.unwrap_or(self.rank as f32),
+            modules,
+            steps: self.steps,
+            batch: self.batch,
+            seq_len: self.seq_len,
+            lr: self.lr,
+            seed: self.seed,
+            save_every: self.save_every,
+        })
+    }
+
+    /// The calibration files' texts, joined by blank lines.
+    pub fn calibration_text(&self) -> Result<String> {
+        let texts = self
+            .calibration
+            .iter()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .map_err(|e| Error::invalid(format!("cannot read {}: {e}", p.display())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(texts.join("\n\n"))
+    }
+}
+
+pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
+    let opts = a.options()?;
+    let (g, _) = Gguf::open(&a.compressed)?;
+    let tokens = Tokenizer::from_gguf(&g.metadata)?.encode_prompt(&a.calibration_text()?, false)?;
+    let s = recover::recover(
+        &a.source,
+        &a.compressed,
+        &tokens,
+        &a.out,
+        &opts,
+        a.resume,
+        &mut |p| {
+            eprintln!(
+                "recover: step {}/{}  KL {:.4}  {:.0} tokens/s  ETA {:.0} s",
+                p.step, p.steps, p.loss, p.tokens_per_s, p.eta_s
+            );
+            true
+        },
+    )?;
+    eprintln!(
+        "recover: {} steps in {:.0} s over {} calibration tokens; KL {:.4} -> {:.4}; adapter in {}",
+        s.steps,
+        s.seconds,
+        s.calibration_tokens,
+        s.first_loss,
+        s.last_loss,
+        a.out.display()
+    );
+    if let Some(out) = &a.gguf {
+        let source = a
+            .source
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into());
+        let trained = format!("rank {}, {} steps", opts.rank, opts.steps);
+        let bytes = recover::embed_peft(&a.compressed, &a.out, &source, &trained, out)?;
+        eprintln!(
+            "recover: wrote {} ({:.1} MB)",
+            out.display(),
+            bytes as f64 / 1e6
+        );
+    }
+    Ok(())
+}

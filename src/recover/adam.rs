@@ -1,0 +1,65 @@
+//! Adam with decoupled weight decay over the LoRA variables, its moments kept as
+//! tensors so a checkpoint can hold them (training resumes where it stopped).
+
+use super::net::ce;
+use crate::error::Result;
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+
+pub struct Adam {
+    pub step: usize,
+    pub m: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    decay: f64,
+}
+
+impl Adam {
+    pub fn new(vars: &[&Var]) -> Result<Adam> {
+        let zeros = |v: &&Var| v.as_tensor().zeros_like();
+        Ok(Adam {
+            step: 0,
+            m: vars
+                .iter()
+                .map(zeros)
+                .collect::<Result<_, _>>()
+                .map_err(ce)?,
+            v: vars
+                .iter()
+                .map(zeros)
+                .collect::<Result<_, _>>()
+                .map_err(ce)?,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            decay: 0.0,
+        })
+    }
+
+    /// One step at learning rate `lr` (variables without a gradient stay as they are).
+    pub fn update(&mut self, vars: &[&Var], grads: &GradStore, lr: f64) -> Result<()> {
+        self.step += 1;
+        let (b1, b2) = (self.beta1, self.beta2);
+        let c1 = 1.0 - b1.powi(self.step as i32);
+        let c2 = 1.0 - b2.powi(self.step as i32);
+        for (i, var) in vars.iter().enumerate() {
+            let Some(g) = grads.get(var.as_tensor()) else {
+                continue;
+            };
+            let mut run = || -> candle_core::Result<()> {
+                self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
+                self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+                let step = ((&self.m[i] / c1)? / ((&self.v[i] / c2)?.sqrt()? + self.eps)?)?;
+                let mut w = var.as_tensor().clone();
+                if self.decay > 0.0 {
+                    w = (&w * (1.0 - lr * self.decay))?;
+                }
+                var.set(&(w - (step * lr)?)?)
+            };
+            run().map_err(ce)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! The training state beside the adapter (`recover-state.safetensors`): every LoRA
+//! variable and both Adam moments in f32, the step reached and the options that
+//! shaped them, so `--resume` goes on exactly where a run stopped — and refuses a
+//! state made with other options.
+
+use super::adam::Adam;
+use super::lora::Loras;
+use super::net::ce;
+use super::Options;
+use crate::adapters::write::tensor;
+use crate::error::{Error, Result};
+use candle_core::{Device, Tensor};
+use safetensors::{serialize, SafeTensors};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub const FILE: &str = "recover-state.safetensors";
+
+/// The options a state depends on (steps may grow on resume; the schedule follows).
+fn shape_of(o: &Options) -> String {
+    let modules: Vec<&str> = o.modules.iter().map(|p| p.hf_name()).collect();
+    format!(
+        "rank={} alpha={} modules={} batch={} seq_len={} lr={} seed={}",
+        o.rank,
+        o.alpha,
+        modules.join(","),
+        o.batch,
+        o.seq_len,
+        o.lr,
+        o.seed
+    )
+}
+
+fn values(t: &Tensor) -> Result<(Vec<f32>, usize, usize)> {
+    let (r, c) = t.dims2().map_err(ce)?;
+    Ok((t.flatten_all().and_then(|x| x.to_vec1()).map_err(ce)?, r, c))
+}
+
+pub fn save(path: &Path, o: &Options, loras: &Loras, adam: &Adam) -> Result<()> {
+    let mut named = Vec::new();
+    for (i, var) in loras.vars().into_iter().enumerate() {
+        for (kind, t) in [("w", var.as_tensor()), ("m", &adam.m[i]), ("v", &adam.v[i])] {
+            let (v, r, c) = values(t)?;
+            named.push((format!("{kind}.{i}"), tensor(&v, r, c, false)));
+        }
+    }
+    let meta = HashMap::from([
+        ("step".to_string(), adam.step.to_string()),
+        ("options".to_string(), shape_of(o)),
+    ]);
+    let views: Vec<(String, &_)> = named.iter().map(|(n, t)| (n.clone(), t)).collect();
+    let bytes =
+        serialize(views, Some(meta)).map_err(|e| Error::Internal(format!("checkpoint: {e}")))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+pub fn load(path: &Path, o: &Options, loras: &Loras, adam: &mut Adam) -> Result<()> {
+    let bad = |m: String| Error::invalid(format!("--resume: {}: {m}", path.display()));
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
+    let meta = meta.metadata().clone().unwrap_or_default();
+    let made_with = meta.get("options").cloned().unwrap_or_default();
+    if made_with != shape_of(o) {
+        return Err(bad(format!(
+            "made with {made_with:?}, this run has {:?}",
+            shape_of(o)
+        )));
+    }
+    let step: usize = meta
+        .get("step")
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no step recorded".into()))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
+    let read = |name: String, like: &Tensor| -> Result<Tensor> {
+        let t = st
+            .tensor(&name)
+            .map_err(|_| bad(format!("{name} is missing")))?;
+        if t.shape() != like.dims() || t.dtype() != safetensors::Dtype::F32 {
+            return Err(bad(format!("{name} has another shape")));
+        }
+        let v: Vec<f32> = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Tensor::from_vec(v, like.shape(), &Device::Cpu).map_err(ce)
+    };
+    for (i, var) in loras.vars().into_iter().enumerate() {
+        var.set(&read(format!("w.{i}"), var.as_tensor())?)
+            .map_err(ce)?;
+        adam.m[i] = read(format!("m.{i}"), &adam.m[i])?;
+        adam.v[i] = read(format!("v.{i}"), &adam.v[i])?;
+    }
+    adam.step = step;
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! The model's forward pass in candle tensors, so candle's reverse mode gives the
+//! gradients of LoRA updates on top of frozen weights. It runs the block of
+//! `model::arch::block` as `model::reference` does (the same weights, GGUF row order,
+//! the same RoPE), over a batch of whole sequences with a causal mask, and is tested
+//! against the reference's logits. Short-convolution layers (LFM2) are refused.
+
+use super::lora::Loras;
+use crate::error::{Error, Result};
+use crate::model::arch::Mixer;
+use crate::model::{Activation, Config, Proj, RopeStyle, Weights};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, D};
+
+/// candle's errors are internal to training: they become `Error::Internal` with
+/// candle's message (shapes are ours, so one means a bug here).
+pub(crate) fn ce(e: candle_core::Error) -> Error {
+    Error::Internal(format!("recover: {e}"))
+}
+
+type R<T> = std::result::Result<T, candle_core::Error>;
+
+/// A frozen matrix `[rows][cols]`: `x · Wᵀ`, whose backward gives `x` its gradient
+/// only. candle's own matmul also computes the gradient of the matrix, a second
+/// product as large as the forward one, which frozen weights never use.
+#[derive(Clone)]
+struct Frozen(Tensor);
+
+impl CustomOp1 for Frozen {
+    fn name(&self) -> &'static str {
+        "frozen-linear"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> R<(CpuStorage, Shape)> {
+        let (a, b) = l
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("frozen-linear: strided input".into()))?;
+        let x = Tensor::from_slice(&s.as_slice::<f32>()?[a..b], l.shape(), &Device::Cpu)?;
+        let y = matmul_t(&x, &self.0)?;
+        let shape = y.shape().clone();
+        Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
+    }
+
+    fn bwd(&self, _x: &Tensor, _y: &Tensor, g: &Tensor) -> R<Option<Tensor>> {
+        let (dims, out) = (g.dims(), self.0.dim(1)?);
+        let mut shape = dims.to_vec();
+        *shape.last_mut().unwrap_or(&mut 0) = out;
+        Ok(Some(
+            g.reshape(((), dims[dims.len() - 1]))?
+                .matmul(&self.0)?
+                .reshape(shape)?,
+        ))
+    }
+}
+
+/// `x · Wᵀ` over the last dimension of `x`, as one 2-D product: candle's batched
+/// `broadcast_matmul` copies a transposed right-hand side for every batch (the output
+/// head: 28 M floats a call).
+fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
+    let dims = x.dims();
+    let mut shape = dims.to_vec();
+    *shape.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
+    x.reshape(((), dims[dims.len() - 1]))?
+        .matmul(&w.t()?)?
+        .reshape(shape)
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    proj: [Frozen; 7],
+    bias: Option<[Tensor; 3]>,
+    qk_norm: Option<(Tensor, Tensor)>,
+    post_attn_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    post_ffn_norm: Option<Tensor>,
+}
+
+/// The frozen model, ready to run batches of token sequences.
+pub struct Net {
+    pub config: Config,
+    embedding: Tensor,
+    head: Frozen,
+    output_norm: Tensor,
+    layers: Vec<Layer>,
+    rope_freqs: Option<Vec<f32>>,
+}
+
+fn vector(v: &[f32]) -> R<Tensor> {
+    Tensor::from_slice(v, v.len(), &Device::Cpu)
+}
+
+fn matrix(v: &[f32], rows: usize, cols: usize) -> R<Tensor> {
+    Tensor::from_slice(v, (rows, cols), &Device::Cpu)
+}
+
+impl Net {
+    /// The f32 weights as frozen tensors (moved: the model's weights are not kept twice).
+    pub fn new(config: Config, w: Weights) -> Result<Net> {
+        let c = &config;
+        if c.has_conv() {
+            return Err(Error::unsupported(
+                "recovery adapters: models with short-convolution layers (LFM2) are not supported",
+            ));
+        }
+        let build = || -> R<Net> {
+            let embedding = matrix(&w.token_embd, c.vocab_size, c.hidden)?;
+            let head = Frozen(match &w.output {
+                Some(o) => matrix(o, c.vocab_size, c.hidden)?,
+                None => embedding.clone(),
+            });
+            let mut layers = Vec::with_capacity(c.n_layers);
+            for l in &w.layers {
+                let m = |p: Proj| -> R<Frozen> {
+                    let (rows, cols) = p.shape(c);
+                    Ok(Frozen(matrix(p.of(l), rows, cols)?))
+                };
+                let opt = |v: &Option<Vec<f32>>| v.as_deref().map(vector).transpose();
+                layers.push(Layer {
+                    attn_norm: vector(&l.attn_norm)?,
+                    proj: [
+                        m(Proj::Q)?,
+                        m(Proj::K)?,
+                        m(Proj::V)?,
+                        m(Proj::O)?,
+                        m(Proj::Gate)?,
+                        m(Proj::Up)?,
+                        m(Proj::Down)?,
+                    ],
+                    bias: match &l.qkv_bias {
+                        Some([q, k, v]) => Some([vector(q)?, vector(k)?, vector(v)?]),
+                        None => None,
+                    },
+                    qk_norm: match (opt(&l.q_norm)?, opt(&l.k_norm)?) {
+                        (Some(q), Some(k)) => Some((q, k)),
+                        _ => None,
+                    },
+                    post_attn_norm: opt(&l.post_attn_norm)?,
+                    ffn_norm: vector(&l.ffn_norm)?,
+                    post_ffn_norm: opt(&l.post_ffn_norm)?,
+                });
+            }
+            Ok(Net {
+                embedding,
+                head,
+                output_norm: vector(&w.output_norm)?,
+                layers,
+                rope_freqs: w.rope_freqs.clone(),
+                config: config.clone(),
+            })
+        };
+        build().map_err(ce)
+    }
+
+    /// Logits `[batch][tokens][vocab]` of `tokens` (`[batch][tokens]`, every row from
+    /// position 0), with `loras` applied beside the matrices they update.
+    pub fn forward(&self, tokens: &Tensor, loras: Option<&Loras>) -> Result<Tensor> {
+        self.run(tokens, loras).map_err(ce)
+    }
+
+    fn run(&self, tokens: &Tensor, loras: Option<&Loras>) -> R<Tensor> {
+        let c = &self.config;
+        let (b, t) = tokens.dims2()?;
+        let mut x = self
+            .embedding
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, c.hidden))?;
+        if c.embed_scale != 1.0 {
+            x = (x * c.embed_scale as f64)?;
+        }
+        let mask = causal_mask(t, usize::MAX)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let block = c.block(l);
+            if block.mixer != Mixer::Attention {
+                return Err(candle_core::Error::Msg("a convolution layer".into()));
+            }
+            let lin = |p: Proj, x: &Tensor| linear(x, &layer.proj[p.index()], loras, l, p);
+            // Attention.
+            let h = rmsnorm(&x, &layer.attn_norm, c.rms_eps)?;
+            let (mut q, mut k, mut v) = (lin(Proj::Q, &h)?, lin(Proj::K, &h)?, lin(Proj::V, &h)?);
+            if let Some([bq, bk, bv]) = &layer.bias {
+                q = q.broadcast_add(bq)?;
+                k = k.broadcast_add(bk)?;
+                v = v.broadcast_add(bv)?;
+            }
+            let heads = |x: Tensor, n: usize| -> R<Tensor> {
+                x.reshape((b, t, n, c.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let (mut q, mut k, v) = (
+                heads(q, c.n_heads)?,
+                heads(k, c.n_kv_heads)?,
+                heads(v, c.n_kv_heads)?,
+            );
+            if let Some((qn, kn)) = &layer.qk_norm {
+                q = rmsnorm(&q, qn, c.rms_eps)?;
+                k = rmsnorm(&k, kn, c.rms_eps)?;
+            }
+            if block.rope.is_some() {
+                let (cos, sin) = self.rope_table(l, t)?;
+                q = rope(&q, &cos, &sin, c)?.contiguous()?;
+                k = rope(&k, &cos, &sin, c)?.contiguous()?;
+            }
+            let window_mask;
+            let m = if block.window == usize::MAX {
+                &mask
+            } else {
+                window_mask = causal_mask(t, block.window)?;
+                &window_mask
+            };
+            let o = attention(&q, &k, &v, m, c)?;
+            let o = o
+                .transpose(1, 2)?
+                .contiguous()?
+                .reshape((b, t, c.q_dim()))?;
+            let out = lin(Proj::O, &o)?;
+            x = residual(
+                &x,
+                out,
+                layer.post_attn_norm.as_ref(),
+                block.residual_scale,
+                c.rms_eps,
+            )?;
+            // MLP.
+            let h = rmsnorm(&x, &layer.ffn_norm, c.rms_eps)?;
+            let gate = lin(Proj::Gate, &h)?;
+            let up = lin(Proj::Up, &h)?;
+            let act = match block.activation {
+                Activation::Silu => gate.silu()?,
+                Activation::GeluTanh => gate.gelu()?,
+            };
+            let out = lin(Proj::Down, &(act * up)?)?;
+            x = residual(
+                &x,
+                out,
+                layer.post_ffn_norm.as_ref(),
+                block.residual_scale,
+                c.rms_eps,
+            )?;
+        }
+        let h = rmsnorm(&x, &self.output_norm, c.rms_eps)?;
+        let mut logits = h.apply_op1(self.head.clone())?;
+        if c.logit_scale != 1.0 {
+            logits = (logits * c.logit_scale as f64)?;
+        }
+        if c.final_softcap > 0.0 {
+            logits = softcap(&logits, c.final_softcap)?;
+        }
+        Ok(logits)
+    }
+
+    /// cos and sin `[tokens][rope_dim / 2]` of layer `l`'s RoPE, times its mscale.
+    fn rope_table(&self, l: usize, t: usize) -> R<(Tensor, Tensor)> {
+        let c = &self.config;
+        let freqs = c.rope_freqs(self.rope_freqs.as_deref(), l);
+        let n = freqs.len();
+        let (mut cos, mut sin) = (Vec::with_capacity(t * n), Vec::with_capacity(t * n));
+        for p in 0..t {
+            for f in &freqs {
+                let (s, co) = (p as f32 * f).sin_cos();
+                cos.push(co * c.rope_mscale);
+                sin.push(s * c.rope_mscale);
+            }
+        }
+        Ok((matrix(&cos, t, n)?, matrix(&sin, t, n)?))
+    }
+}
+
+/// `x · Wᵀ`, plus `s · (x · Aᵀ) · Bᵀ` where layer `l` has an update of `p`.
+fn linear(x: &Tensor, w: &Frozen, loras: Option<&Loras>, l: usize, p: Proj) -> R<Tensor> {
+    let y = x.apply_op1(w.clone())?;
+    match loras.and_then(|ls| ls.get(l, p).map(|u| (ls.scale, u))) {
+        Some((s, u)) => {
+            y + (matmul_t(&matmul_t(x, u.a.as_tensor())?, u.b.as_tensor())? * s as f64)?
+        }
+        None => Ok(y),
+    }
+}
+
+/// RMSNorm over the last dimension, as `model::reference::rmsnorm`.
+fn rmsnorm(x: &Tensor, w: &Tensor, eps: f32) -> R<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    let r = (ms + eps as f64)?.sqrt()?.recip()?;
+    x.broadcast_mul(&r)?.broadcast_mul(w)
+}
+
+fn softcap(x: &Tensor, cap: f32) -> R<Tensor> {
+    (x / cap as f64)?.tanh()? * cap as f64
+}
+
+/// Rotates the first `rope_dim` dimensions of each head of `x` `[b][heads][t][d]`.
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, c: &Config) -> R<Tensor> {
+    let (b, h, t, d) = x.dims4()?;
+    let (rd, half) = (c.rope_dim, c.rope_dim / 2);
+    let rot = x.narrow(3, 0, rd)?;
+    let (x0, x1) = match c.rope_style {
+        RopeStyle::Adjacent => {
+            let pairs = rot.reshape((b, h, t, half, 2))?;
+            (
+                pairs.narrow(4, 0, 1)?.squeeze(4)?,
+                pairs.narrow(4, 1, 1)?.squeeze(4)?,
+            )
+        }
+        RopeStyle::HalfSplit => (rot.narrow(3, 0, half)?, rot.narrow(3, half, half)?),
+    };
+    let o0 = (x0.broadcast_mul(cos)? - x1.broadcast_mul(sin)?)?;
+    let o1 = (x0.broadcast_mul(sin)? + x1.broadcast_mul(cos)?)?;
+    let out = match c.rope_style {
+        RopeStyle::Adjacent => Tensor::stack(&[o0, o1], 4)?.reshape((b, h, t, rd))?,
+        RopeStyle::HalfSplit => Tensor::cat(&[o0, o1], 3)?,
+    };
+    if rd == d {
+        return Ok(out);
+    }
+    Tensor::cat(&[out, x.narrow(3, rd, d - rd)?], 3)
+}
+
+/// 0 where query i may see key j (j ≤ i, within `window` keys itself included), else
+/// a large negative number: `[t][t]`.
+fn causal_mask(t: usize, window: usize) -> R<Tensor> {
+    let m: Vec<f32> = (0..t * t)
+        .map(|k| {
+            let (i, j) = (k / t, k % t);
+            if j <= i && i - j < window {
+                0.0
+            } else {
+                -1e9
+            }
+        })
+        .collect();
+    matrix(&m, t, t)
+}
+
+/// Causal grouped-query attention: `q` `[b][heads][t][d]`, `k`, `v` `[b][kv heads][t][d]`.
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor, c: &Config) -> R<Tensor> {
+    let (b, kvh, t, d) = k.dims4()?;
+    let g = c.n_heads / c.n_kv_heads;
+    let expand = |x: &Tensor| -> R<Tensor> {
+        if g == 1 {
+            return Ok(x.clone());
+        }
+        x.unsqueeze(2)?
+            .expand((b, kvh, g, t, d))?
+            .reshape((b, kvh * g, t, d))
+    };
+    let (k, v) = (expand(k)?, expand(v)?);
+    let mut s = (q.matmul(&k.t()?)? * c.attn_scale as f64)?;
+    if c.attn_softcap > 0.0 {
+        s = softcap(&s, c.attn_softcap)?;
+    }
+    let p = softmax(&s.broadcast_add(mask)?)?;
+    p.matmul(&v)
+}
+
+/// Softmax over the last dimension from candle's differentiable primitives.
+fn softmax(x: &Tensor) -> R<Tensor> {
+    let e = x
+        .broadcast_sub(&x.max_keepdim(D::Minus1)?.detach())?
+        .exp()?;
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
+}
+
+fn residual(x: &Tensor, out: Tensor, post: Option<&Tensor>, scale: f32, eps: f32) -> R<Tensor> {
+    let mut out = match post {
+        Some(n) => rmsnorm(&out, n, eps)?,
+        None => out,
+    };
+    if scale != 1.0 {
+        out = (out * scale as f64)?;
+    }
+    x + out
+}
+
+/// Token ids as a `[batch][tokens]` tensor.
+pub fn batch(rows: &[&[u32]]) -> Result<Tensor> {
+    let t = rows.first().map_or(0, |r| r.len());
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    Tensor::from_vec(flat, (rows.len(), t), &Device::Cpu)
+        .and_then(|x| x.to_dtype(DType::U32))
+        .map_err(ce)
+}

@@ -1,0 +1,465 @@
+//! Accuracy-recovery adapters (`pippin::recover`): the training forward is the
+//! reference forward, training lowers the divergence it is trained on as Pippin's own
+//! reader and reference measure it on held-out tokens, the output is PEFT's layout,
+//! runs are deterministic and resume exactly.
+
+use crate::common::{models_file, synthetic::Spec};
+use pippin::convert::{self, Bits};
+use pippin::model::{load_reference, KvCache};
+use pippin::recover::{self, net, Options};
+use pippin::rng::Rng;
+use pippin::Error;
+use std::path::{Path, PathBuf};
+
+/// Every position's logits of each row (from position 0) by the reference, then by
+/// the training network on the same weights.
+fn both_forwards(path: &Path, rows: &[Vec<u32>]) -> (Vec<f32>, Vec<f32>) {
+    let (_, r) = load_reference(path).expect("load");
+    let mut want = Vec::new();
+    for row in rows {
+        want.extend(
+            r.forward(&mut KvCache::new(&r.config), row, true)
+                .expect("reference"),
+        );
+    }
+    let n = net::Net::new(r.config.clone(), r.weights).expect("net");
+    let refs: Vec<&[u32]> = rows.iter().map(|r| &r[..]).collect();
+    let got = n
+        .forward(&net::batch(&refs).expect("batch"), None)
+        .expect("net forward");
+    (
+        want,
+        got.flatten_all().and_then(|t| t.to_vec1()).expect("values"),
+    )
+}
+
+fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| (rng.next_u64() % vocab as u64) as u32)
+        .collect()
+}
+
+fn synthetic(dir: &Path, name: &str, spec: Spec) -> PathBuf {
+    let p = dir.join(name);
+    spec.write(&p).expect("write synthetic model");
+    p
+}
+
+#[test]
+fn the_training_forward_is_the_reference_forward() {
+    let dir = tempdir();
+    let mut files: Vec<PathBuf> = vec![
+        models_file("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        // Half-split RoPE, QK-norm, post norms, √hidden embedding scale, GeGLU and
+        // sliding windows shorter than the rows.
+        synthetic(&dir, "gemma3.gguf", Spec::gemma3(5)),
+        synthetic(&dir, "gemma2.gguf", Spec::gemma2(5)),
+    ];
+    // Biases (qwen2), fused Q|K|V (phi3), NoPE layers (smollm3), multipliers
+    // (granite): real weights in other families' files (scripts/fetch-fixtures).
+    for f in ["qwen2", "phi3", "smollm3", "granite"] {
+        files.push(models_file(&format!("fixtures/families/{f}.gguf")));
+    }
+    for path in files {
+        let (_, r) = load_reference(&path).expect("load");
+        let vocab = r.config.vocab_size;
+        drop(r);
+        let rows = [tokens(12, vocab, 1), tokens(12, vocab, 2)];
+        let (want, got) = both_forwards(&path, &rows);
+        assert_eq!(want.len(), got.len(), "{}", path.display());
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = want
+            .iter()
+            .zip(&got)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst <= 2e-4 * scale.max(1.0),
+            "{}: logits differ by {worst} (largest {scale})",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn convolution_models_are_refused_with_a_reason() {
+    let dir = tempdir();
+    let p = synthetic(&dir, "lfm2.gguf", Spec::lfm2());
+    let (_, r) = load_reference(&p).expect("load");
+    match net::Net::new(r.config.clone(), r.weights) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("LFM2"), "{m}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("an LFM2 model was accepted"),
+    }
+}
+
+/// A tiny model and its 2-bit palettization: the teacher and the student.
+fn pair(dir: &Path) -> (PathBuf, PathBuf) {
+    let teacher = synthetic(dir, "teacher.gguf", Spec::llama());
+    let student = dir.join("student.gguf");
+    let opts = convert::Options {
+        bits: Bits::Two,
+        ..Default::default()
+    };
+    convert::convert(&teacher, &student, &opts, &mut |_| {}).expect("palettize");
+    (teacher, student)
+}
+
+fn tiny(steps: usize) -> Options {
+    Options {
+        rank: 4,
+        alpha: 8.0,
+        steps,
+        batch: 4,
+        seq_len: 16,
+        lr: 1e-2,
+        save_every: 3,
+        ..Default::default()
+    }
+}
+
+fn run(t: &Path, s: &Path, out: &Path, o: &Options, resume: bool, stop: usize) -> recover::Summary {
+    let calibration = tokens(256 * 16, 96, 7);
+    recover::recover(t, s, &calibration, out, o, resume, &mut |p| p.step < stop).expect("recover")
+}
+
+#[test]
+fn recovery_lowers_the_divergence_on_held_out_tokens() {
+    let dir = tempdir();
+    let (t, s) = pair(&dir);
+    let out = dir.join("adapter");
+    let opts = Options {
+        rank: 16,
+        alpha: 16.0,
+        ..tiny(200)
+    };
+    let summary = run(&t, &s, &out, &opts, false, usize::MAX);
+    assert_eq!(summary.steps, 200);
+    assert!(summary.last_loss < summary.first_loss, "{summary:?}");
+    // Measured by Pippin's PEFT reader and f32 reference, not by the trainer.
+    let held_out = tokens(8 * 16, 96, 99);
+    let before = recover::divergence(&t, &s, None, &held_out, 16).expect("without");
+    let after = recover::divergence(&t, &s, Some(&out), &held_out, 16).expect("with");
+    eprintln!("held-out KL {before} -> {after}; training {summary:?}");
+    assert!(after < 0.6 * before, "KL {before} -> {after}");
+}
+
+#[test]
+fn the_adapter_is_peft_s_layout() {
+    let dir = tempdir();
+    let (t, s) = pair(&dir);
+    let out = dir.join("adapter");
+    run(&t, &s, &out, &tiny(2), false, usize::MAX);
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("adapter_config.json")).expect("config"))
+            .expect("json");
+    assert_eq!(config["peft_type"], "LORA");
+    assert_eq!(config["r"], 4);
+    assert_eq!(config["lora_alpha"], 8.0);
+    assert_eq!(
+        config["target_modules"].as_array().map(|a| a.len()),
+        Some(7)
+    );
+    let bytes = std::fs::read(out.join("adapter_model.safetensors")).expect("weights");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    assert_eq!(
+        st.names().len(),
+        2 * 7 * 2,
+        "A and B of 7 modules in 2 layers"
+    );
+    let q = st
+        .tensor("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight")
+        .expect("q_proj A");
+    assert_eq!(q.shape(), [4, 64]);
+    let down = st
+        .tensor("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight")
+        .expect("down_proj B");
+    assert_eq!(down.shape(), [64, 4]);
+    let k = st
+        .tensor("base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight")
+        .expect("k_proj B");
+    assert_eq!(k.shape(), [32, 4], "one KV head of 32");
+}
+
+#[test]
+fn training_is_deterministic_and_resumes_where_it_stopped() {
+    let dir = tempdir();
+    let (t, s) = pair(&dir);
+    let weights = |d: &Path| std::fs::read(d.join("adapter_model.safetensors")).expect("read");
+    let (a, b, c) = (dir.join("a"), dir.join("b"), dir.join("c"));
+    run(&t, &s, &a, &tiny(6), false, usize::MAX);
+    run(&t, &s, &b, &tiny(6), false, usize::MAX);
+    assert_eq!(weights(&a), weights(&b), "the same seed, the same adapter");
+    let first = run(&t, &s, &c, &tiny(6), false, 4);
+    assert_eq!(first.steps, 4, "stopped after step 4");
+    assert_ne!(weights(&a), weights(&c));
+    let rest = run(&t, &s, &c, &tiny(6), true, usize::MAX);
+    assert_eq!(rest.steps, 2);
+    assert_eq!(
+        weights(&a),
+        weights(&c),
+        "resumed from step 4 = straight through"
+    );
+    // A state made with other options is refused, not silently mixed.
+    let other = Options { rank: 8, ..tiny(6) };
+    let calibration = tokens(32 * 16, 96, 7);
+    match recover::recover(&t, &s, &calibration, &c, &other, true, &mut |_| true) {
+        Err(Error::Invalid(m)) => assert!(m.contains("rank=4"), "{m}"),
+        r => panic!(
+            "a state of rank 4 resumed at rank 8: {:?}",
+            r.map(|s| s.steps)
+        ),
+    }
+}
+
+#[test]
+fn models_of_other_shapes_and_bad_options_are_refused() {
+    let dir = tempdir();
+    let (t, s) = pair(&dir);
+    let other = synthetic(&dir, "gemma.gguf", Spec::gemma3(4));
+    let calibration = tokens(256, 96, 1);
+    let go = |a: &Path, b: &Path, o: &Options| {
+        recover::recover(a, b, &calibration, &dir.join("x"), o, false, &mut |_| true)
+    };
+    match go(&t, &other, &tiny(1)) {
+        Err(Error::Invalid(m)) => assert!(m.contains("not a conversion"), "{m}"),
+        r => panic!(
+            "a Gemma 3 model taken for a llama's conversion: {:?}",
+            r.err()
+        ),
+    }
+    for bad in [
+        Options { rank: 0, ..tiny(1) },
+        Options {
+            batch: 0,
+            ..tiny(1)
+        },
+        Options {
+            lr: f64::NAN,
+            ..tiny(1)
+        },
+        Options {
+            modules: vec![],
+            ..tiny(1)
+        },
+        Options {
+            batch: 64,
+            ..tiny(1)
+        }, // more sequences a step than the text makes
+    ] {
+        assert!(
+            matches!(go(&t, &s, &bad), Err(Error::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "pippin-recover-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+mod default_model {
+    //! The default model, 4-bit palettized, with a (briefly trained) recovery adapter
+    //! inside: every loader runs it, the reference with it merged is the ground truth,
+    //! a task adapter stacks on it. Writes what the browser test
+    //! (`pkg-tests/app.test.mjs`) must stream from the same file.
+
+    use crate::common::{model_path, root};
+    use pippin::adapters::fixture::{self, FixtureSpec};
+    use pippin::convert::{self, Bits};
+    use pippin::engine::perplexity::perplexity;
+    use pippin::engine::{generate, Backend, CpuSession, Engine, GenerateOptions, SessionOptions};
+    use pippin::gguf::Gguf;
+    use pippin::quant::kv::KvFormat;
+    use pippin::recover::{self, load_recovered_reference, Options};
+    use pippin::tokenizer::Tokenizer;
+    use std::path::{Path, PathBuf};
+
+    fn text(name: &str) -> String {
+        let p = root().join("texts").join(name);
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e} (scripts/fetch-text)", p.display()))
+    }
+
+    fn tokens(path: &Path, name: &str) -> Vec<u32> {
+        let (g, _) = Gguf::open(path).unwrap();
+        Tokenizer::from_gguf(&g.metadata)
+            .unwrap()
+            .encode_prompt(&text(name), false)
+            .unwrap()
+    }
+
+    /// (4-bit file, its adapter folder, the file with the adapter inside).
+    fn recovered() -> (PathBuf, PathBuf, PathBuf) {
+        let dir = root().join("target/test-recovered");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, adapter, inside) = (
+            dir.join("four.gguf"),
+            dir.join("adapter"),
+            dir.join("recovered.gguf"),
+        );
+        let opts = convert::Options {
+            bits: Bits::Four,
+            calibration: Some(text("social-contract.txt")),
+            calibration_tokens: 256,
+            ..Default::default()
+        };
+        convert::convert(&model_path(), &plain, &opts, &mut |_| {}).unwrap();
+        let ro = Options {
+            steps: 12,
+            batch: 4,
+            seq_len: 64,
+            lr: 1e-3,
+            ..Default::default()
+        };
+        let cal = tokens(&plain, "social-contract.txt");
+        recover::recover(
+            &model_path(),
+            &plain,
+            &cal,
+            &adapter,
+            &ro,
+            false,
+            &mut |_| true,
+        )
+        .unwrap();
+        recover::embed_peft(
+            &plain,
+            &adapter,
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "test",
+            &inside,
+        )
+        .unwrap();
+        (plain, adapter, inside)
+    }
+
+    fn cpu_nll(path: &Path, recovery: bool, task: Option<&Path>, toks: &[u32]) -> f64 {
+        let so = SessionOptions {
+            max_context: 128,
+            kv: KvFormat::F32,
+            ..Default::default()
+        };
+        let mut e = pollster::block_on(Engine::load_file_cpu(path, so)).unwrap();
+        assert!(
+            e.recovery().is_some(),
+            "the file's recovery adapter was read"
+        );
+        e.set_recovery(recovery).unwrap();
+        if let Some(dir) = task {
+            e.load_adapter_dir("task", dir).unwrap();
+        }
+        let mut b = e.backend().unwrap();
+        pollster::block_on(perplexity(&mut b, toks, 64, 64))
+            .unwrap()
+            .nll
+    }
+
+    fn greedy<B: Backend>(b: &mut B, tk: &Tokenizer, ids: &[u32], o: &GenerateOptions) -> String {
+        let mut s = String::new();
+        pollster::block_on(generate(b, tk, ids, o, |p, _| {
+            s.push_str(p);
+            true
+        }))
+        .unwrap();
+        s
+    }
+
+    fn reference_nll(r: &pippin::model::Reference, toks: &[u32]) -> f64 {
+        let mut s = CpuSession::new(r);
+        pollster::block_on(perplexity(&mut s, toks, 64, 64))
+            .unwrap()
+            .nll
+    }
+
+    #[test]
+    fn a_recovered_file_runs_its_adapter_everywhere_and_task_adapters_stack_on_it() {
+        let (plain, adapter, inside) = recovered();
+        let mut held_out = tokens(&plain, "debian-manifesto.txt");
+        held_out.truncate(128);
+        // The written adapter brings the model closer to the original (Pippin's own
+        // reader and reference measure it, on text training never saw).
+        let before = recover::divergence(&model_path(), &plain, None, &held_out, 64).unwrap();
+        let after =
+            recover::divergence(&model_path(), &plain, Some(&adapter), &held_out, 64).unwrap();
+        assert!(after < before, "KL {before} -> {after}");
+
+        let toks = &held_out[..64];
+        let (_, with) = load_recovered_reference(&inside, true).unwrap();
+        let (_, without) = load_recovered_reference(&inside, false).unwrap();
+        let (want_on, want_off) = (reference_nll(&with, toks), reference_nll(&without, toks));
+        assert!(
+            (want_on - want_off).abs() > 1e-3,
+            "the adapter changes the model: {want_on} {want_off}"
+        );
+        let (on, off) = (
+            cpu_nll(&inside, true, None, toks),
+            cpu_nll(&inside, false, None, toks),
+        );
+        assert!(
+            (on - want_on).abs() < 2e-3,
+            "CPU backend with recovery {on}, reference {want_on}"
+        );
+        assert!(
+            (off - want_off).abs() < 2e-3,
+            "CPU backend without {off}, reference {want_off}"
+        );
+
+        // A task adapter stacks on the recovery adapter: the reference with both merged.
+        let task = root().join("target/test-recovered/task");
+        let spec = FixtureSpec {
+            rank: 4,
+            alpha: 8.0,
+            modules: &["q_proj", "down_proj"],
+            seed: 3,
+            zero_b: false,
+            half: false,
+        };
+        let (config, weights) = fixture::write(&with.config, &spec);
+        std::fs::create_dir_all(&task).unwrap();
+        std::fs::write(task.join("adapter_config.json"), config.as_bytes()).unwrap();
+        std::fs::write(task.join("adapter_model.safetensors"), &weights).unwrap();
+        let (_, mut both) = load_recovered_reference(&inside, true).unwrap();
+        let t = pippin::adapters::parse(config.as_bytes(), &weights, &both.config).unwrap();
+        pippin::adapters::merge_into(&mut both.weights, &t);
+        let want = reference_nll(&both, toks);
+        let got = cpu_nll(&inside, true, Some(&task), toks);
+        assert!((got - want).abs() < 2e-3, "stacked {got}, reference {want}");
+        assert!(
+            (want - want_on).abs() > 1e-3,
+            "the task adapter changes the model"
+        );
+
+        // The GPU writes the reference's greedy text, which the browser must stream too.
+        let (g, _) = Gguf::open(&inside).unwrap();
+        let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
+        let prompt = "The capital of France is";
+        let ids = tk.encode_prompt(prompt, false).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: 6,
+            ..Default::default()
+        };
+        let want = greedy(&mut CpuSession::new(&with), &tk, &ids, &opts);
+        let so = SessionOptions {
+            max_context: 128,
+            kv: KvFormat::F32,
+            ..Default::default()
+        };
+        let gpu = pollster::block_on(pippin::gpu::Gpu::new(Default::default())).unwrap();
+        let mut e = pollster::block_on(Engine::load_file(gpu, &inside, so)).unwrap();
+        assert_eq!(
+            greedy(&mut e.backend().unwrap(), &tk, &ids, &opts),
+            want,
+            "GPU"
+        );
+        let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 6, "text": want });
+        std::fs::write(inside.with_extension("expected.json"), expected.to_string()).unwrap();
+    }
+}
