@@ -428,6 +428,12 @@ export interface Info {
   maxBufferSize: number;
   /** Most tokens a conversation may hold (`maxContext`, at most the model's). */
   contextWindow: number;
+  /**
+   * The accuracy-recovery adapter the model's file carries (`pippin convert --recover`):
+   * it runs under every reply, and adapters loaded with `loadAdapter` stack on it.
+   * `null` when the file has none.
+   */
+  recovery: { rank: number; bytes: number } | null;
 }
 
 /** What a prefill ran: prompt tokens found cached (the KV cache or a kept snapshot) and computed. */

@@ -195,6 +195,28 @@ test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU re
   assert.equal(text, expected.text);
 });
 
+test("a recovered model (pippin convert --recover: 4-bit palettes + recovery adapter in one file) streams the reference's text on both backends", async () => {
+  // Written by tests/suite/recover.rs, which the native suite runs first.
+  const dir = path.join(root, "target/test-recovered");
+  const expected = JSON.parse(fs.readFileSync(path.join(dir, "recovered.expected.json"), "utf8"));
+  for (const backend of ["webgpu", "cpu"]) {
+    const r = await page.evaluate(async ({ url, prompt, maxTokens, backend }) => {
+      const m = await Pippin.load(url, { cache: false, kvCache: "f32", backend });
+      try {
+        let out = "";
+        for await (const c of m.generate(prompt, { maxTokens })) if (!c.done) out += c.text;
+        const info = m.info();
+        return { out, recovery: info.recovery, backend: info.backend };
+      } finally {
+        m.dispose();
+      }
+    }, { url: "/target/test-recovered/recovered.gguf", backend, ...expected });
+    assert.equal(r.backend, backend);
+    assert.equal(r.recovery?.rank, 16, JSON.stringify(r.recovery));
+    assert.equal(r.out, expected.text, backend);
+  }
+});
+
 test("a reply is also a ReadableStream", async () => {
   const text = await page.evaluate(async () => {
     const reader = llm.generate("The capital of France is", { maxTokens: 2 }).stream().getReader();

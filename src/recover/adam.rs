@@ -6,6 +6,9 @@ use crate::error::Result;
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
+/// The largest gradient norm a step takes.
+const CLIP: f64 = 1.0;
+
 pub struct Adam {
     pub step: usize,
     pub m: Vec<Tensor>,
@@ -38,9 +41,24 @@ impl Adam {
         })
     }
 
-    /// One step at learning rate `lr` (variables without a gradient stay as they are).
+    /// One step at learning rate `lr` (variables without a gradient stay as they are),
+    /// the gradients scaled down together where their norm passes `CLIP`: a rare batch
+    /// of far larger gradients (the default model at 5e-3 met one that sent the
+    /// divergence from 0.35 to 1.25 and never came back) moves the adapter no further
+    /// than an ordinary one.
     pub fn update(&mut self, vars: &[&Var], grads: &GradStore, lr: f64) -> Result<()> {
         self.step += 1;
+        let mut sq = 0f64;
+        for var in vars {
+            if let Some(g) = grads.get(var.as_tensor()) {
+                sq += g
+                    .sqr()
+                    .and_then(|s| s.sum_all())
+                    .and_then(|s| s.to_scalar::<f32>())
+                    .map_err(ce)? as f64;
+            }
+        }
+        let clip = (CLIP / sq.sqrt()).min(1.0);
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.step as i32);
         let c2 = 1.0 - b2.powi(self.step as i32);
@@ -48,6 +66,7 @@ impl Adam {
             let Some(g) = grads.get(var.as_tensor()) else {
                 continue;
             };
+            let g = &(g * clip).map_err(ce)?;
             let mut run = || -> candle_core::Result<()> {
                 self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
                 self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;

@@ -663,6 +663,20 @@ struct Info<'a> {
     max_buffer_size: u64,
     /// Most tokens a conversation may hold.
     context_window: usize,
+    /// The recovery adapter the model's file carries (`pippin convert --recover`),
+    /// which runs under every reply: its rank and bytes; `null` without one.
+    recovery: Option<RecoveryInfo>,
+}
+
+#[derive(Serialize)]
+struct RecoveryInfo {
+    rank: usize,
+    bytes: u64,
+}
+
+fn recovery_info(core: &Core) -> Option<RecoveryInfo> {
+    core.recovery()
+        .map(|(rank, bytes, _)| RecoveryInfo { rank, bytes })
 }
 
 impl<'a> Info<'a> {
@@ -686,6 +700,7 @@ impl<'a> Info<'a> {
             max_storage_buffer_binding_size: 0,
             max_buffer_size: 0,
             context_window: core.context_window(),
+            recovery: recovery_info(core),
         })
     }
 
@@ -704,6 +719,7 @@ impl<'a> Info<'a> {
             max_storage_buffer_binding_size: g.max_binding(),
             max_buffer_size: g.limits.max_buffer_size,
             context_window: core.context_window(),
+            recovery: recovery_info(core),
         })
     }
 }

@@ -437,7 +437,8 @@ mod default_model {
             "the task adapter changes the model"
         );
 
-        // The GPU writes the reference's greedy text, which the browser must stream too.
+        // Both backends write the reference's greedy text, which the browser must
+        // stream too.
         let (g, _) = Gguf::open(&inside).unwrap();
         let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
         let prompt = "The capital of France is";
@@ -453,7 +454,7 @@ mod default_model {
             ..Default::default()
         };
         let gpu = pollster::block_on(pippin::gpu::Gpu::new(Default::default())).unwrap();
-        let mut e = pollster::block_on(Engine::load_file(gpu, &inside, so)).unwrap();
+        let mut e = pollster::block_on(Engine::load_file(gpu, &inside, so.clone())).unwrap();
         assert_eq!(
             greedy(&mut e.backend().unwrap(), &tk, &ids, &opts),
             want,
