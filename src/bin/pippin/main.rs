@@ -77,6 +77,9 @@ enum Cmd {
         /// (GGUF, the model's vocabulary) proposing the guesses.
         #[arg(long, value_name = "FILE")]
         draft: Option<PathBuf>,
+        /// Leave out the recovery adapter the model's file carries.
+        #[arg(long)]
+        no_recovery: bool,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -300,8 +303,17 @@ fn main() {
             json,
             cpu: true,
             draft,
+            no_recovery,
             ..
-        } => run_bench_cpu(&model, prompt, steps, kv, json, draft.as_deref()),
+        } => run_bench_cpu(
+            &model,
+            prompt,
+            steps,
+            kv,
+            json,
+            draft.as_deref(),
+            !no_recovery,
+        ),
         Cmd::Bench {
             model,
             reps,
@@ -311,8 +323,18 @@ fn main() {
             json,
             cpu: false,
             max_binding_mib,
+            no_recovery,
             ..
-        } => run_bench(&model, reps, prompt, steps, kv, json, max_binding_mib),
+        } => run_bench(
+            &model,
+            reps,
+            prompt,
+            steps,
+            kv,
+            json,
+            max_binding_mib,
+            !no_recovery,
+        ),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -457,6 +479,8 @@ fn bench_session(prompt: usize, steps: usize, kv: KvFormat) -> SessionOptions {
     }
 }
 
+// The bench's flags, passed on as they are.
+#[allow(clippy::too_many_arguments)]
 fn run_bench(
     path: &std::path::Path,
     reps: usize,
@@ -465,12 +489,14 @@ fn run_bench(
     kv: KvFormat,
     json: bool,
     max_binding_mib: Option<u64>,
+    recovery: bool,
 ) -> Result<()> {
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
     let session = bench_session(prompt, steps, kv);
     let t0 = web_time::Instant::now();
     let mut engine = load_engine(path, None, session, max_binding_mib)?;
+    engine.set_recovery(recovery)?;
     // Natively the file is local and the compile runs before the upload, not beside it.
     let load = serde_json::json!({
         "total_ms": t0.elapsed().as_secs_f64() * 1e3,
@@ -545,11 +571,13 @@ fn run_bench_cpu(
     kv: KvFormat,
     json: bool,
     draft: Option<&std::path::Path>,
+    recovery: bool,
 ) -> Result<()> {
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
     let so = bench_session(prompt, steps, kv);
     let mut engine = pollster::block_on(Engine::load_file_cpu(path, so.clone()))?;
+    engine.set_recovery(recovery)?;
     let (peak, live) = (
         pippin::memory::heap().peak_bytes - before.live_bytes,
         pippin::memory::heap().live_bytes - before.live_bytes,

@@ -80,6 +80,9 @@ pub struct ConvertArgs {
     /// --recover: training steps (each 4 sequences of 128 tokens).
     #[arg(long, default_value_t = recover::Options::default().steps)]
     recover_steps: usize,
+    /// --recover: peak learning rate.
+    #[arg(long, default_value_t = recover::Options::default().lr)]
+    recover_lr: f64,
 }
 
 pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
@@ -128,6 +131,7 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
             rank: a.rank,
             alpha: a.rank as f32,
             steps: a.recover_steps,
+            lr: a.recover_lr,
             save_every: 0,
             ..Default::default()
         };

@@ -30,18 +30,18 @@ pub struct RecoverArgs {
     /// Projections to adapt: "all", or Hugging Face names (q_proj,v_proj,...).
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub modules: Vec<String>,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = Options::default().steps)]
     pub steps: usize,
     /// Sequences a step.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = Options::default().batch)]
     pub batch: usize,
     /// Tokens a sequence.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = Options::default().seq_len)]
     pub seq_len: usize,
     /// Peak learning rate.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = Options::default().lr)]
     pub lr: f64,
-    #[arg(long, default_value_t = 0x5eed)]
+    #[arg(long, default_value_t = Options::default().seed)]
     pub seed: u64,
     /// Save the adapter and the training state every N steps (0: at the end only).
     #[arg(long, default_value_t = 50)]
@@ -116,7 +116,13 @@ pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
             true
         },
     )?;
-    eprintln!(
+    if s.steps == 0 {
+        eprintln!(
+            "recover: the training state is at step {} already",
+            opts.steps
+        );
+    } else {
+        eprintln!(
         "recover: {} steps in {:.0} s over {} calibration tokens; KL {:.4} -> {:.4}; adapter in {}",
         s.steps,
         s.seconds,
@@ -124,7 +130,8 @@ pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
         s.first_loss,
         s.last_loss,
         a.out.display()
-    );
+        );
+    }
     if let Some(out) = &a.gguf {
         let source = a
             .source
