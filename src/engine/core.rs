@@ -749,11 +749,16 @@ impl Engine {
     fn fingerprint(&self, adapter: Option<&str>) -> u64 {
         let a = adapter.and_then(|n| self.adapter_prints.iter().find(|p| p.0 == n));
         let a = a.map(|p| p.1);
-        Fingerprint::default()
+        let mut f = Fingerprint::default()
             .with(&self.print.to_le_bytes())
             .with(&a.unwrap_or(0).to_le_bytes())
-            .with(self.body.layout().as_bytes())
-            .value()
+            .with(self.body.layout().as_bytes());
+        // The base model's KV differs with its recovery adapter on or off (files
+        // without one keep the fingerprint they always had).
+        if adapter.is_none() && self.recovery.is_some() {
+            f = f.with(&[u8::from(self.recovery_on)]);
+        }
+        f.value()
     }
 
     /// Makes the KV cache hold a saved conversation again (`save`'s bytes): the next
@@ -778,10 +783,10 @@ impl Engine {
                 "this saved session is longer than the context",
             ));
         }
-        let id = name
-            .as_ref()
-            .and_then(|n| self.adapters.get(n))
-            .map_or(0, |a| a.id());
+        let id = match &name {
+            Some(n) => self.adapters.get(n).map_or(0, |a| a.id()),
+            None => self.base_adapter().map_or(0, |a| a.id()),
+        };
         let (live, held_by) = self.body.held();
         if !live.is_empty() && !self.prefix.covers(live, held_by) {
             let s = self.body.snapshot()?;

@@ -58,6 +58,12 @@ impl Adam {
                     .map_err(ce)? as f64;
             }
         }
+        if !sq.is_finite() {
+            return Err(crate::Error::Internal(format!(
+                "recover: the gradients are not finite at step {} (lower --lr)",
+                self.step
+            )));
+        }
         let clip = (CLIP / sq.sqrt()).min(1.0);
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.step as i32);

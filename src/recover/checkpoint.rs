@@ -16,18 +16,25 @@ use std::path::Path;
 
 pub const FILE: &str = "recover-state.safetensors";
 
-/// The options a state depends on (steps may grow on resume; the schedule follows).
-fn shape_of(o: &Options) -> String {
+/// The options and data a state depends on (the calibration tokens decide the
+/// order of sequences, so another text would not go on as the run would have).
+fn shape_of(o: &Options, calibration: &[u32]) -> String {
     let modules: Vec<&str> = o.modules.iter().map(|p| p.hf_name()).collect();
+    let bytes: Vec<u8> = calibration.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let data = crate::engine::prefix_cache::Fingerprint::default()
+        .with(&bytes)
+        .value();
     format!(
-        "rank={} alpha={} modules={} batch={} seq_len={} lr={} seed={}",
+        "rank={} alpha={} modules={} batch={} seq_len={} lr={} seed={} steps={} tokens={} data={data:016x}",
         o.rank,
         o.alpha,
         modules.join(","),
         o.batch,
         o.seq_len,
         o.lr,
-        o.seed
+        o.seed,
+        o.steps,
+        calibration.len()
     )
 }
 
@@ -36,7 +43,13 @@ fn values(t: &Tensor) -> Result<(Vec<f32>, usize, usize)> {
     Ok((t.flatten_all().and_then(|x| x.to_vec1()).map_err(ce)?, r, c))
 }
 
-pub fn save(path: &Path, o: &Options, loras: &Loras, adam: &Adam) -> Result<()> {
+pub fn save(
+    path: &Path,
+    o: &Options,
+    calibration: &[u32],
+    loras: &Loras,
+    adam: &Adam,
+) -> Result<()> {
     let mut named = Vec::new();
     for (i, var) in loras.vars().into_iter().enumerate() {
         for (kind, t) in [("w", var.as_tensor()), ("m", &adam.m[i]), ("v", &adam.v[i])] {
@@ -46,7 +59,7 @@ pub fn save(path: &Path, o: &Options, loras: &Loras, adam: &Adam) -> Result<()> 
     }
     let meta = HashMap::from([
         ("step".to_string(), adam.step.to_string()),
-        ("options".to_string(), shape_of(o)),
+        ("options".to_string(), shape_of(o, calibration)),
     ]);
     let views: Vec<(String, &_)> = named.iter().map(|(n, t)| (n.clone(), t)).collect();
     let bytes =
@@ -57,16 +70,22 @@ pub fn save(path: &Path, o: &Options, loras: &Loras, adam: &Adam) -> Result<()> 
     Ok(())
 }
 
-pub fn load(path: &Path, o: &Options, loras: &Loras, adam: &mut Adam) -> Result<()> {
+pub fn load(
+    path: &Path,
+    o: &Options,
+    calibration: &[u32],
+    loras: &Loras,
+    adam: &mut Adam,
+) -> Result<()> {
     let bad = |m: String| Error::invalid(format!("--resume: {}: {m}", path.display()));
     let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
     let meta = meta.metadata().clone().unwrap_or_default();
     let made_with = meta.get("options").cloned().unwrap_or_default();
-    if made_with != shape_of(o) {
+    let this = shape_of(o, calibration);
+    if made_with != this {
         return Err(bad(format!(
-            "made with {made_with:?}, this run has {:?}",
-            shape_of(o)
+            "made with {made_with:?}, this run has {this:?}"
         )));
     }
     let step: usize = meta

@@ -106,6 +106,12 @@ pub fn recover(
 ) -> Result<Summary> {
     check(opts)?;
     let (teacher, student) = pair(source, compressed)?;
+    if opts.seq_len > student.config.context_length {
+        return Err(Error::invalid(format!(
+            "recover: sequences of {} tokens are longer than the model's context ({})",
+            opts.seq_len, student.config.context_length
+        )));
+    }
     let seqs = sequences(calibration, opts.seq_len);
     if seqs.len() < opts.batch {
         return Err(Error::invalid(format!(
@@ -124,7 +130,7 @@ pub fn recover(
     let mut adam = Adam::new(&loras.vars())?;
     let state = out.join(checkpoint::FILE);
     if resume {
-        checkpoint::load(&state, opts, &loras, &mut adam)?;
+        checkpoint::load(&state, opts, calibration, &loras, &mut adam)?;
     }
     let order = Order::new(seqs.len(), opts.seed);
     let (start, t0) = (adam.step, Instant::now());
@@ -153,14 +159,14 @@ pub fn recover(
         });
         let save_now = opts.save_every > 0 && (step + 1) % opts.save_every == 0;
         if save_now || step + 1 == opts.steps || !go_on {
-            save(out, &config, &loras, opts, &adam, &state)?;
+            save(out, &config, &loras, opts, calibration, &adam, &state)?;
         }
         if !go_on {
             break;
         }
     }
     if start >= opts.steps {
-        save(out, &config, &loras, opts, &adam, &state)?;
+        save(out, &config, &loras, opts, calibration, &adam, &state)?;
     }
     Ok(Summary {
         steps: adam.step - start.min(adam.step),
@@ -177,10 +183,15 @@ pub fn load_recovered_reference(path: &Path, recovery: bool) -> Result<(Gguf, Re
     let (g, mut model) = load_reference(path)?;
     if recovery && adapters::recovery::present(&g.metadata) {
         let (_, mut files) = open_model(path)?;
-        let a = adapters::recovery::read(&g.metadata, &model.config, |name| {
-            let t = g.tensor(name)?;
-            Some((t.ty, files.read_tensor_of(&g, t).ok()?))
-        })?;
+        let mut read = adapters::recovery::Tensors::new();
+        for t in g
+            .tensors
+            .iter()
+            .filter(|t| adapters::recovery::parse_name(&t.name).is_some())
+        {
+            read.insert(t.name.clone(), (t.ty, files.read_tensor_of(&g, t)?));
+        }
+        let a = adapters::recovery::read(&g.metadata, &model.config, |n| read.remove(n))?;
         adapters::merge_into(&mut model.weights, &a);
     }
     Ok((g, model))
@@ -364,6 +375,7 @@ fn save(
     c: &crate::model::Config,
     loras: &Loras,
     opts: &Options,
+    calibration: &[u32],
     adam: &Adam,
     state: &Path,
 ) -> Result<()> {
@@ -374,5 +386,5 @@ fn save(
         base_model: "",
     };
     adapters::write::save(out, &adapters::write::write(c, &spec, &loras.to_peft(c)?)?)?;
-    checkpoint::save(state, opts, loras, adam)
+    checkpoint::save(state, opts, calibration, loras, adam)
 }

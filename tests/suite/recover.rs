@@ -312,11 +312,13 @@ mod default_model {
             ..Default::default()
         };
         convert::convert(&model_path(), &plain, &opts, &mut |_| {}).unwrap();
+        // alpha ≠ rank: the scale goes through PEFT, the GGUF and back.
         let ro = Options {
             steps: 12,
             batch: 4,
             seq_len: 64,
             lr: 1e-3,
+            alpha: 8.0,
             ..Default::default()
         };
         let cal = tokens(&plain, "social-contract.txt");
@@ -393,6 +395,22 @@ mod default_model {
 
         let toks = &held_out[..64];
         let (_, with) = load_recovered_reference(&inside, true).unwrap();
+        // The adapter inside the file (f16) is the PEFT folder's (f32) merged into the
+        // palettized file.
+        let (_, mut merged) = pippin::model::load_reference(&plain).unwrap();
+        let read = |f: &str| std::fs::read(adapter.join(f)).unwrap();
+        let peft = pippin::adapters::parse(
+            &read("adapter_config.json"),
+            &read("adapter_model.safetensors"),
+            &merged.config,
+        )
+        .unwrap();
+        pippin::adapters::merge_into(&mut merged.weights, &peft);
+        let (inside_nll, folder_nll) = (reference_nll(&with, toks), reference_nll(&merged, toks));
+        assert!(
+            (inside_nll - folder_nll).abs() < 1e-3,
+            "in the file {inside_nll}, the folder {folder_nll}"
+        );
         let (_, without) = load_recovered_reference(&inside, false).unwrap();
         let (want_on, want_off) = (reference_nll(&with, toks), reference_nll(&without, toks));
         assert!(
@@ -460,6 +478,27 @@ mod default_model {
             want,
             "GPU"
         );
+        // The GPU runs the adapter (a few tokens: lavapipe is slow), and leaves it out.
+        let short = &held_out[..16];
+        for (on, r) in [(true, &with), (false, &without)] {
+            e.set_recovery(on).unwrap();
+            e.reset().unwrap();
+            let mut b = e.backend().unwrap();
+            let got = pollster::block_on(perplexity(&mut b, short, 16, 16))
+                .unwrap()
+                .nll;
+            let mut s = CpuSession::new(r);
+            let want = pollster::block_on(perplexity(&mut s, short, 16, 16))
+                .unwrap()
+                .nll;
+            assert!(
+                (got - want).abs() < 3e-3,
+                "GPU, recovery {on}: {got}, reference {want}"
+            );
+        }
+        let mut c = pollster::block_on(Engine::load_file_cpu(&inside, so)).unwrap();
+        let cpu = greedy(&mut c.backend().unwrap(), &tk, &ids, &opts);
+        assert_eq!(cpu, want, "CPU backend");
         let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 6, "text": want });
         std::fs::write(inside.with_extension("expected.json"), expected.to_string()).unwrap();
     }

@@ -348,6 +348,11 @@ fn parse_kv(s: &str) -> std::result::Result<KvFormat, String> {
 }
 
 fn generate(a: GenerateArgs) -> Result<()> {
+    if a.no_recovery && a.adapter.is_some() {
+        return Err(Error::invalid(
+            "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
+        ));
+    }
     let (gguf, _) = Gguf::open(&a.model)?;
     let tk = Tokenizer::from_gguf(&gguf.metadata)?;
     let opts = GenerateOptions {

@@ -183,6 +183,11 @@ pub struct PerplexityArgs {
 }
 
 pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
+    if a.no_recovery && a.adapter.is_some() {
+        return Err(Error::invalid(
+            "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
+        ));
+    }
     let (g, _) = Gguf::open(&a.model)?;
     let tk = Tokenizer::from_gguf(&g.metadata)?;
     let mut tokens = tk.encode_prompt(&read_text(&a.text)?, false)?;
