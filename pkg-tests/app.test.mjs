@@ -204,9 +204,13 @@ test("a recovered model (pippin convert --recover: 4-bit palettes + recovery ada
       const m = await Pippin.load(url, { cache: false, kvCache: "f32", backend });
       try {
         let out = "";
-        for await (const c of m.generate(prompt, { maxTokens })) if (!c.done) out += c.text;
+        const lps = [];
+        for await (const c of m.generate(prompt, { maxTokens, logprobs: 1 })) {
+          if (!c.done) out += c.text;
+          for (const l of c.logprobs ?? []) lps.push(l.logprob);
+        }
         const info = m.info();
-        return { out, recovery: info.recovery, backend: info.backend };
+        return { out, lps, recovery: info.recovery, backend: info.backend };
       } finally {
         m.dispose();
       }
@@ -214,6 +218,12 @@ test("a recovered model (pippin convert --recover: 4-bit palettes + recovery ada
     assert.equal(r.backend, backend);
     assert.equal(r.recovery?.rank, 16, JSON.stringify(r.recovery));
     assert.equal(r.out, expected.text, backend);
+    // The adapter runs: each token's log-probability is the reference's with it,
+    // nearer than to the reference's without it.
+    assert.equal(r.lps.length, expected.logprobs.length, JSON.stringify(r.lps));
+    const off = (want) => r.lps.reduce((s, lp, i) => s + Math.abs(lp - want[i]), 0);
+    r.lps.forEach((lp, i) => assert.ok(Math.abs(lp - expected.logprobs[i]) < 0.1, `${backend} token ${i}: ${lp} vs ${expected.logprobs[i]}`));
+    assert.ok(off(expected.logprobs) < off(expected.logprobsWithout), `${backend}: ${r.lps}`);
   }
 });
 

@@ -277,6 +277,7 @@ mod default_model {
     use pippin::engine::perplexity::perplexity;
     use pippin::engine::{generate, Backend, CpuSession, Engine, GenerateOptions, SessionOptions};
     use pippin::gguf::Gguf;
+    use pippin::model::KvCache;
     use pippin::quant::kv::KvFormat;
     use pippin::recover::{self, load_recovered_reference, Options};
     use pippin::tokenizer::Tokenizer;
@@ -372,6 +373,39 @@ mod default_model {
         }))
         .unwrap();
         s
+    }
+
+    /// The greedy reply's tokens after `prompt`, by the reference.
+    fn greedy_tokens(
+        r: &pippin::model::Reference,
+        tk: &Tokenizer,
+        ids: &[u32],
+        o: &GenerateOptions,
+    ) -> Vec<u32> {
+        let mut t = Vec::new();
+        pollster::block_on(generate(&mut CpuSession::new(r), tk, ids, o, |_, id| {
+            t.push(id);
+            true
+        }))
+        .unwrap();
+        t
+    }
+
+    /// Each token of `reply`'s log-probability after `prompt` and the tokens before it.
+    fn token_logprobs(r: &pippin::model::Reference, prompt: &[u32], reply: &[u32]) -> Vec<f64> {
+        let all: Vec<u32> = prompt.iter().chain(reply).copied().collect();
+        let logits = r.forward(&mut KvCache::new(&r.config), &all, true).unwrap();
+        let v = r.config.vocab_size;
+        reply
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let row = &logits[(prompt.len() + i - 1) * v..][..v];
+                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let lse = m + row.iter().map(|&x| (x - m).exp()).sum::<f32>().ln();
+                (row[t as usize] - lse) as f64
+            })
+            .collect()
     }
 
     fn reference_nll(r: &pippin::model::Reference, toks: &[u32]) -> f64 {
@@ -499,7 +533,26 @@ mod default_model {
         let mut c = pollster::block_on(Engine::load_file_cpu(&inside, so)).unwrap();
         let cpu = greedy(&mut c.backend().unwrap(), &tk, &ids, &opts);
         assert_eq!(cpu, want, "CPU backend");
-        let expected = serde_json::json!({ "prompt": prompt, "maxTokens": 6, "text": want });
+        // The reply's log-probabilities with and without the adapter: the browser's
+        // must be the first (the text alone may not tell them apart).
+        let reply = greedy_tokens(&with, &tk, &ids, &opts);
+        let (lp_on, lp_off) = (
+            token_logprobs(&with, &ids, &reply),
+            token_logprobs(&without, &ids, &reply),
+        );
+        let apart = lp_on
+            .iter()
+            .zip(&lp_off)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f64>();
+        assert!(
+            apart > 0.05,
+            "the adapter changes the reply's logprobs: {lp_on:?} {lp_off:?}"
+        );
+        let expected = serde_json::json!({
+            "prompt": prompt, "maxTokens": 6, "text": want,
+            "logprobs": lp_on, "logprobsWithout": lp_off,
+        });
         std::fs::write(inside.with_extension("expected.json"), expected.to_string()).unwrap();
     }
 }
