@@ -114,18 +114,7 @@ pub fn permute_rows<T: Copy + Default>(
     heads: usize,
     head_dim: usize,
 ) -> Vec<T> {
-    let half = head_dim / 2;
-    let mut out = vec![T::default(); b.len()];
-    for h in 0..heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let dst = h * head_dim + 2 * i + j;
-                let src = h * head_dim + j * half + i;
-                out[dst * rank..][..rank].copy_from_slice(&b[src * rank..][..rank]);
-            }
-        }
-    }
-    out
+    reorder_rows(b, rank, heads, head_dim, true)
 }
 
 /// The inverse of `permute_rows`: GGUF's row order back to Hugging Face's (what a
@@ -136,13 +125,25 @@ pub fn unpermute_rows<T: Copy + Default>(
     heads: usize,
     head_dim: usize,
 ) -> Vec<T> {
+    reorder_rows(b, rank, heads, head_dim, false)
+}
+
+/// Moves row (h, j·half + i) to (h, 2i + j) (`to_gguf`) or back.
+fn reorder_rows<T: Copy + Default>(
+    b: &[T],
+    rank: usize,
+    heads: usize,
+    head_dim: usize,
+    to_gguf: bool,
+) -> Vec<T> {
     let half = head_dim / 2;
     let mut out = vec![T::default(); b.len()];
     for h in 0..heads {
         for i in 0..half {
             for j in 0..2 {
-                let src = h * head_dim + 2 * i + j;
-                let dst = h * head_dim + j * half + i;
+                let gguf = h * head_dim + 2 * i + j;
+                let hf = h * head_dim + j * half + i;
+                let (dst, src) = if to_gguf { (gguf, hf) } else { (hf, gguf) };
                 out[dst * rank..][..rank].copy_from_slice(&b[src * rank..][..rank]);
             }
         }

@@ -4,7 +4,7 @@
 //! parallel. Built from candle's primitives it took ~15 vocabulary-sized tensors a
 //! step, on one thread (2 of every 13 s of a step on the default model).
 
-use super::net::ce;
+use super::net::{ce, contiguous_f32};
 use crate::error::Result;
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -43,10 +43,7 @@ impl CustomOp1 for Kl {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> R<(CpuStorage, Shape)> {
-        let (a, b) = l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("kl: strided logits".into()))?;
-        let student = &s.as_slice::<f32>()?[a..b];
+        let student = contiguous_f32(s, l, self.name())?;
         if student.len() != self.teacher.len() {
             return Err(candle_core::Error::Msg(
                 "kl: teacher and student differ in size".into(),

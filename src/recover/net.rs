@@ -30,10 +30,7 @@ impl CustomOp1 for Frozen {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> R<(CpuStorage, Shape)> {
-        let (a, b) = l
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("frozen-linear: strided input".into()))?;
-        let x = Tensor::from_slice(&s.as_slice::<f32>()?[a..b], l.shape(), &Device::Cpu)?;
+        let x = Tensor::from_slice(contiguous_f32(s, l, self.name())?, l.shape(), &Device::Cpu)?;
         let y = matmul_t(&x, &self.0)?;
         let shape = y.shape().clone();
         Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
@@ -49,6 +46,14 @@ impl CustomOp1 for Frozen {
                 .reshape(shape)?,
         ))
     }
+}
+
+/// A custom op's f32 input as one slice (the ops here take contiguous tensors).
+pub(crate) fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> R<&'a [f32]> {
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("{op}: strided input")))?;
+    Ok(&s.as_slice::<f32>()?[a..b])
 }
 
 /// `x · Wᵀ` over the last dimension of `x`, as one 2-D product: candle's batched
