@@ -80,6 +80,10 @@ enum Cmd {
         /// Leave out the recovery adapter the model's file carries.
         #[arg(long)]
         no_recovery: bool,
+        /// Only these parts of the GPU bench (default: all), e.g. `--only kernels` or
+        /// `--only speculation` while tuning a kernel.
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<BenchPart>,
     },
     /// Write a random LoRA adapter for a model in PEFT's file layout (a test fixture).
     MakeAdapter {
@@ -324,6 +328,7 @@ fn main() {
             cpu: false,
             max_binding_mib,
             no_recovery,
+            only,
             ..
         } => run_bench(
             &model,
@@ -334,6 +339,7 @@ fn main() {
             json,
             max_binding_mib,
             !no_recovery,
+            &only,
         ),
     };
     if let Err(e) = result {
@@ -495,6 +501,7 @@ fn run_bench(
     json: bool,
     max_binding_mib: Option<u64>,
     recovery: bool,
+    only: &[BenchPart],
 ) -> Result<()> {
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
@@ -512,19 +519,43 @@ fn run_bench(
         "heap_after_load_bytes": pippin::memory::heap().live_bytes - before.live_bytes,
         "gpu_bytes": engine.gpu_bytes(),
     });
-    let kernels = bench::kernels(engine.model()?, reps, prompt.clamp(2, 64))?;
-    let figures = bench::figures(&mut engine, path, prompt, steps)?;
-    let guided = bench_guided::guided(&mut engine, 48)?;
-    let speculation = speculation(&mut engine, path)?;
-    let prefix = bench_sessions::prefix_cache(&mut engine)?;
+    let wants = |p: BenchPart| only.is_empty() || only.contains(&p);
+    let kernels = match wants(BenchPart::Kernels) {
+        true => Some(bench::kernels(engine.model()?, reps, prompt.clamp(2, 64))?),
+        false => None,
+    };
+    let figures = match wants(BenchPart::Model) {
+        true => Some(bench::figures(&mut engine, path, prompt, steps)?),
+        false => None,
+    };
+    let guided = match wants(BenchPart::Guided) {
+        true => Some(bench_guided::guided(&mut engine, 48)?),
+        false => None,
+    };
+    let speculation = match wants(BenchPart::Speculation) {
+        true => speculation(&mut engine, path)?,
+        false => Vec::new(),
+    };
+    let prefix = match wants(BenchPart::Prefix) {
+        true => Some(bench_sessions::prefix_cache(&mut engine)?),
+        false => None,
+    };
     if json {
-        let mut v = figures.to_json();
-        v["guided"] = guided.to_json();
-        v["speculation"] = speculation.iter().map(|t| t.to_json()).collect();
-        v["prefix_cache"] = prefix.to_json();
+        let mut v = figures.map_or_else(|| serde_json::json!({}), |f| f.to_json());
+        if let Some(g) = guided {
+            v["guided"] = g.to_json();
+        }
+        if wants(BenchPart::Speculation) {
+            v["speculation"] = speculation.iter().map(|t| t.to_json()).collect();
+        }
+        if let Some(p) = prefix {
+            v["prefix_cache"] = p.to_json();
+        }
         v["memory"] = memory;
         v["load"] = load;
-        v["kernels"] = serde_json::to_value(&kernels).map_err(|e| Error::invalid(e.to_string()))?;
+        if let Some(k) = kernels {
+            v["kernels"] = serde_json::to_value(&k).map_err(|e| Error::invalid(e.to_string()))?;
+        }
         println!("{v:#}");
         return Ok(());
     }
@@ -538,9 +569,43 @@ fn run_bench(
         path.display(),
         engine.model()?.weight_bytes / 1_000_000
     );
+    if let Some(k) = &kernels {
+        print_kernels(k);
+    }
+    for s in [
+        figures.map(|f| f.to_string()),
+        guided.map(|g| g.to_string()),
+    ] {
+        s.into_iter().for_each(|s| println!("{s}"));
+    }
+    for t in &speculation {
+        println!("{t}");
+    }
+    if let Some(p) = prefix {
+        println!("{p}");
+    }
+    println!("memory: {memory}");
+    println!("load: {load}");
+    Ok(())
+}
+
+/// The parts of `pippin bench` (GPU) that `--only` picks.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchPart {
+    /// The matmul table (decode, a speculative check, a prefill chunk).
+    Kernels,
+    /// Prefill and decode tokens/s, dispatches, GPU objects and CPU time a step.
+    Model,
+    Guided,
+    Speculation,
+    /// The prefix cache's time to first token.
+    Prefix,
+}
+
+fn print_kernels(kernels: &[bench::KernelRow]) {
     println!("| matmul | rows × cols | tokens | format | ms | GB/s | GFLOP/s | naive GEMV ms | speed-up |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for r in &kernels {
+    for r in kernels {
         let (naive, ratio) = match r.naive_ms {
             Some(n) => (format!("{n:.3}"), format!("{:.1}×", n / r.ms)),
             None => ("".into(), "".into()),
@@ -557,15 +622,7 @@ fn run_bench(
             r.gflops()
         );
     }
-    println!("\n{figures}");
-    println!("{guided}");
-    for t in &speculation {
-        println!("{t}");
-    }
-    println!("{prefix}");
-    println!("memory: {memory}");
-    println!("load: {load}");
-    Ok(())
+    println!();
 }
 
 /// `pippin bench --cpu`: the CPU backend's speed, memory and guided reply.
