@@ -28,6 +28,25 @@ pub struct Acts<'a> {
     pub q: &'a [i16],
     pub d: &'a [f32],
     pub s: &'a [f32],
+    /// Several tokens' `d` and `s` by groups of four tokens, block after block within
+    /// a group, the four tokens side by side (`lanes`): what the several-token kernels
+    /// multiply as one vector. Empty for one token.
+    pub d4: &'a [f32],
+    pub s4: &'a [f32],
+}
+
+/// `v` (`[token][block]`, `blocks` a token) as groups of four tokens: `[group][block]
+/// [token in group]`, zeros past the last token.
+pub fn lanes(v: &[f32], blocks: usize) -> Vec<f32> {
+    let tokens = v.len() / blocks.max(1);
+    let mut out = vec![0f32; tokens.div_ceil(4) * blocks * 4];
+    for (t, row) in v.chunks_exact(blocks.max(1)).enumerate() {
+        let (g, j) = (t / 4, t % 4);
+        for (i, &x) in row.iter().enumerate() {
+            out[(g * blocks + i) * 4 + j] = x;
+        }
+    }
+    out
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -37,4 +56,23 @@ pub mod simd {
     pub mod int8;
     pub mod kquants;
     pub mod palette;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lanes_put_four_tokens_side_by_side_block_after_block() {
+        // Five tokens of two blocks: token t's block i is 10·t + i.
+        let v: Vec<f32> = (0..5)
+            .flat_map(|t| (0..2).map(move |i| (10 * t + i) as f32))
+            .collect();
+        let l = super::lanes(&v, 2);
+        assert_eq!(
+            l,
+            [
+                0., 10., 20., 30., 1., 11., 21., 31., // group 0: blocks 0, 1
+                40., 0., 0., 0., 41., 0., 0., 0., // group 1: token 4, zeros
+            ]
+        );
+    }
 }

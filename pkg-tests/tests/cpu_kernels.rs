@@ -72,10 +72,11 @@ fn simd_integer_dots_equal_the_plain_loops() {
                 (simd - exact).abs() <= 1e-4 * m + 1e-6,
                 "{ty} {cols}: {simd} vs {exact}"
             );
-            // Eleven tokens: a group of eight and one of three, each block unpacked once.
+            // Eleven tokens: two groups of four and one of three, each block unpacked once
+            // per group.
             let t = 11;
             let xs = values(t * cols, 60 + i as u64);
-            let q = Q16::quantize(&xs);
+            let q = Q16::quantize(&xs).with_lanes(cols);
             let mut many = vec![0f32; t];
             dots(ty, &bytes, &q, cols, &mut many);
             for (k, &v) in many.iter().enumerate() {

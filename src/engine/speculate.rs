@@ -121,8 +121,15 @@ pub struct Policy {
     /// A check of `k` guesses: its cost per position past the first, in one-token
     /// forwards.
     extra: Vec<f64>,
-    /// Which of `extra` were measured: one that was not takes the last measured
-    /// value (a backend whose checks cost their steps is found out in one check).
+    /// Which of `extra` were measured. The others take the prior or the lowest
+    /// measured value, whichever is lower, until tried (optimism: each width is
+    /// tried once while it might pay). Not the value measured at another width:
+    /// kernels that take tokens by groups (the CPU backend's SIMD ones, four at a
+    /// time) make a short check cost more a position than a long one, and a first
+    /// check of one guess would otherwise rule out the long checks that pay; nor the
+    /// prior alone, which kept a reply at two guesses a check measured at 0.3 a
+    /// position (Chromium, two threads) where seven paid more. A backend whose checks
+    /// cost their steps is found out after one check of each width.
     measured: Vec<bool>,
     /// Steps since the last check while guessing did not pay: after `probe` of them
     /// one guess is checked, so a reply that turns to copying is noticed.
@@ -134,6 +141,9 @@ pub struct Policy {
     draft_ms: Option<f64>,
 }
 
+/// A check's cost a position past the first, in one-token forwards, before one is
+/// measured (SIMD kernels in Chromium, the default model).
+const PRIOR_EXTRA: f64 = 0.6;
 /// Fading of the kept/tried counts per check, and of the timings per sample.
 const FADE: f64 = 0.8;
 const SMOOTH: f64 = 0.5;
@@ -154,12 +164,11 @@ impl Policy {
             most,
             always,
             // Priors: 3 of 4 guesses kept (hopeful: a first check is what measures
-            // it); a check's position 0.6 of a forward (SIMD kernels in Chromium,
-            // the default model).
+            // it), and `PRIOR_EXTRA`.
             kept: 3.0,
             tried: 4.0,
             step_ms: None,
-            extra: vec![0.6; most + 1],
+            extra: vec![PRIOR_EXTRA; most + 1],
             measured: vec![false; most + 1],
             idle: 0,
             probe: PROBE,
@@ -228,7 +237,7 @@ impl Policy {
     /// A one-token forward took `ms`.
     pub fn stepped(&mut self, ms: f64) {
         self.step_ms = Some(match self.step_ms {
-            Some(s) => s + SMOOTH * (ms - s),
+            Some(s) => s + smooth(ms, s) * (ms - s),
             None => ms,
         });
     }
@@ -242,12 +251,14 @@ impl Policy {
         self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
         if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
             let seen = ((ms / step - 1.0) / proposed.max(1) as f64).clamp(0.0, 2.0);
-            *extra += SMOOTH * (seen - *extra);
-            let e = *extra;
+            *extra += smooth(seen, *extra) * (seen - *extra);
             self.measured[proposed] = true;
-            for (x, m) in self.extra.iter_mut().zip(&self.measured) {
+            let lowest = (self.extra.iter().zip(&self.measured))
+                .filter(|(_, &m)| m)
+                .fold(PRIOR_EXTRA, |low, (&e, _)| low.min(e));
+            for (x, &m) in self.extra.iter_mut().zip(&self.measured) {
                 if !m {
-                    *x = e;
+                    *x = lowest;
                 }
             }
         }
@@ -260,6 +271,17 @@ impl Policy {
             (false, 0) => self.probe,
             (false, _) => PROBE,
         };
+    }
+}
+
+/// The weight of a new timing `seen` in an average that is `now`: a slow outlier (a
+/// pause of the page, a helper thread late: timing noise only ever adds) moves it a
+/// little, so one slow check does not stop a reply's guessing for a probe's wait.
+fn smooth(seen: f64, now: f64) -> f64 {
+    if seen > 1.5 * now {
+        SMOOTH / 4.0
+    } else {
+        SMOOTH
     }
 }
 
@@ -329,6 +351,30 @@ mod tests {
         };
         assert_eq!(probes(8.0), 0, "a draft near the model's cost");
         assert!(probes(1.0) > 0, "a small draft is probed");
+    }
+
+    #[test]
+    fn a_short_check_that_costs_its_steps_does_not_rule_out_long_ones() {
+        // Kernels that take tokens by fours: a check of one guess costs two steps,
+        // one of seven costs four.
+        let mut p = Policy::new(7, false);
+        p.stepped(10.0);
+        for _ in 0..3 {
+            p.checked(1, 1, 20.0);
+        }
+        let k = p.guesses();
+        assert!(k > 1, "the wider checks are still untried: {k}");
+        p.checked(7, 7, 40.0);
+        p.checked(7, 7, 40.0);
+        assert_eq!(p.guesses(), 7, "{:?}", p.extra);
+        // A cheap width measured makes the untried ones worth a try: two guesses at
+        // 0.3 a position do not keep the reply at two.
+        let mut p = Policy::new(7, false);
+        p.stepped(10.0);
+        for _ in 0..6 {
+            p.checked(2, 2, 16.0);
+        }
+        assert!(p.guesses() > 2, "{:?}", p.extra);
     }
 
     #[test]

@@ -170,29 +170,89 @@ pub fn dot(ty: Block, row: &[u8], x: Acts) -> f32 {
     sum4(acc) + extra
 }
 
-/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`),
-/// eight tokens at a time: each weight block is unpacked once per eight (prefill).
+/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`;
+/// `x.d4`, `x.s4` filled), four tokens at a time: each weight block is unpacked once
+/// per four, and the four tokens' float work is one vector op — the block's four
+/// partial integer sums of each token transposed so that lane j holds token j's, then
+/// converted, scaled and added as `dot` does lane by lane. Each token's sum is `dot`'s,
+/// bit for bit (the same f32 operations in the same order; speculative decoding
+/// relies on it). A check or a prefill: one token's float work had been ~40% of its
+/// share of a block.
 pub fn dots(ty: Block, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
-    const GROUP: usize = 8;
     let (bytes, nb, h) = (ty.bytes(), cols / 32, halves());
-    for (g, outs) in out.chunks_mut(GROUP).enumerate() {
-        let t0 = g * GROUP;
-        let mut acc = [f32x4_splat(0.0); GROUP];
-        let mut extra = [0f32; GROUP];
+    assert!(
+        x.d4.len() >= out.len().div_ceil(4) * nb * 4 && x.s4.len() == x.d4.len(),
+        "dots needs the activations' scales by groups of four tokens"
+    );
+    for (g, outs) in out.chunks_mut(4).enumerate() {
+        let t0 = g * 4;
+        if outs.len() <= 2 {
+            // A group's float work costs about two tokens' of `dot`: fewer go alone.
+            for (j, o) in outs.iter_mut().enumerate() {
+                *o = dot(ty, row, token(x, t0 + j, cols));
+            }
+            continue;
+        }
+        // acc[l] lane j: lane l of `dot`'s accumulator for token t0 + j.
+        let mut acc = [f32x4_splat(0.0); 4];
+        let mut extra = f32x4_splat(0.0);
         for (i, b) in row.chunks_exact(bytes).enumerate() {
             let (w, d, c) = unpack(h, ty, b);
-            for j in 0..outs.len() {
-                let (t, k) = (t0 + j, (t0 + j) * nb + i);
-                let sumi = block_dot(&w, &acts(x.q, t * cols + i * 32));
-                let scale = f32x4_splat(d * x.d[k]);
-                acc[j] = f32x4_add(acc[j], f32x4_mul(f32x4_convert_i32x4(sumi), scale));
-                extra[j] += c * x.s[k];
+            let mut s = [i32x4_splat(0); 4];
+            for (j, sj) in s.iter_mut().enumerate().take(outs.len()) {
+                *sj = block_dot(&w, &acts(x.q, (t0 + j) * cols + i * 32));
             }
+            let at = (g * nb + i) * 4;
+            // SAFETY: `at + 4 <= d4.len() == s4.len()` (asserted above).
+            let (xd, xs) = unsafe {
+                (
+                    v128_load(x.d4.as_ptr().add(at) as *const v128),
+                    v128_load(x.s4.as_ptr().add(at) as *const v128),
+                )
+            };
+            let scale = f32x4_mul(f32x4_splat(d), xd);
+            for (a, v) in acc.iter_mut().zip(transpose(s)) {
+                *a = f32x4_add(*a, f32x4_mul(f32x4_convert_i32x4(v), scale));
+            }
+            extra = f32x4_add(extra, f32x4_mul(f32x4_splat(c), xs));
         }
-        for (j, o) in outs.iter_mut().enumerate() {
-            *o = sum4(acc[j]) + extra[j];
-        }
+        let sum = f32x4_add(f32x4_add(f32x4_add(acc[0], acc[1]), acc[2]), acc[3]);
+        let r = f32x4_add(sum, extra);
+        let r = [
+            f32x4_extract_lane::<0>(r),
+            f32x4_extract_lane::<1>(r),
+            f32x4_extract_lane::<2>(r),
+            f32x4_extract_lane::<3>(r),
+        ];
+        outs.copy_from_slice(&r[..outs.len()]);
     }
+}
+
+/// Token `t`'s activations (rows of `cols`).
+fn token(x: Acts, t: usize, cols: usize) -> Acts {
+    let (b, n) = (t * cols / 32, cols / 32);
+    Acts {
+        q: &x.q[t * cols..][..cols],
+        d: &x.d[b..][..n],
+        s: &x.s[b..][..n],
+        d4: &[],
+        s4: &[],
+    }
+}
+
+/// Rows of four i32x4 as columns: lane j of result l is lane l of `s[j]`.
+#[inline(always)]
+fn transpose(s: [v128; 4]) -> [v128; 4] {
+    let a = i32x4_shuffle::<0, 4, 1, 5>(s[0], s[1]); // s0l0 s1l0 s0l1 s1l1
+    let b = i32x4_shuffle::<2, 6, 3, 7>(s[0], s[1]); // s0l2 s1l2 s0l3 s1l3
+    let c = i32x4_shuffle::<0, 4, 1, 5>(s[2], s[3]);
+    let d = i32x4_shuffle::<2, 6, 3, 7>(s[2], s[3]);
+    [
+        i32x4_shuffle::<0, 1, 4, 5>(a, c),
+        i32x4_shuffle::<2, 3, 6, 7>(a, c),
+        i32x4_shuffle::<0, 1, 4, 5>(b, d),
+        i32x4_shuffle::<2, 3, 6, 7>(b, d),
+    ]
 }
 
 fn sum4(v: v128) -> f32 {

@@ -22,6 +22,10 @@ pub struct Q16 {
     pub q: Vec<i16>,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    /// `d` and `s` by groups of four tokens (`pippin_cpu_kernels::lanes`), for the
+    /// several-token kernels; empty until `with_lanes`.
+    pub d4: Vec<f32>,
+    pub s4: Vec<f32>,
 }
 
 /// The largest quantized magnitude: products with 8-bit weights summed over a block
@@ -37,6 +41,7 @@ impl Q16 {
             q: vec![0; x.len()],
             d: Vec::with_capacity(blocks),
             s: Vec::with_capacity(blocks),
+            ..Default::default()
         };
         for (xb, qb) in x.chunks_exact(32).zip(out.q.chunks_exact_mut(32)) {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -53,12 +58,22 @@ impl Q16 {
         out
     }
 
+    /// These activations as several tokens of `cols` values each: their scales and
+    /// sums also by groups of four tokens (what `dots` reads).
+    pub fn with_lanes(mut self, cols: usize) -> Q16 {
+        self.d4 = pippin_cpu_kernels::lanes(&self.d, cols / 32);
+        self.s4 = pippin_cpu_kernels::lanes(&self.s, cols / 32);
+        self
+    }
+
     /// Every token's activations, as the kernels take them.
     pub fn acts(&self) -> Acts<'_> {
         Acts {
             q: &self.q,
             d: &self.d,
             s: &self.s,
+            d4: &self.d4,
+            s4: &self.s4,
         }
     }
 
@@ -86,6 +101,8 @@ impl<'a> Row<'a> {
             q: self.q,
             d: self.d,
             s: self.s,
+            d4: &[],
+            s4: &[],
         }
     }
 }
@@ -140,12 +157,12 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
-/// with SIMD each block of 32 is unpacked once for up to eight tokens (prefill, a
-/// speculative check). Each token's sum is `dot`'s, bit for bit: the same products
-/// added in the same order (speculative decoding relies on it).
+/// with SIMD each block of 32 is unpacked once for four tokens (prefill, a
+/// speculative check; `x` made `with_lanes`). Each token's sum is `dot`'s, bit for
+/// bit: the same products added in the same order (speculative decoding relies on it).
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let (true, Some(b)) = (out.len() > 1, simd_block(ty)) {
+    if let (true, true, Some(b)) = (out.len() > 1, !x.d4.is_empty(), simd_block(ty)) {
         return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), cols, out);
     }
     for (t, o) in out.iter_mut().enumerate() {

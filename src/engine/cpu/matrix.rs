@@ -228,7 +228,8 @@ impl QMatrix {
             Storage::Ggml { ty, .. }
                 if dot::has_int_dot(*ty) && (tokenwise || !dot::is_kquant(*ty)) =>
             {
-                Some(Q16::quantize(x))
+                let q = Q16::quantize(x);
+                Some(if t > 1 { q.with_lanes(self.cols) } else { q })
             }
             Storage::Palette { .. } if tokenwise => Some(Q16::quantize(x)),
             _ => None,
