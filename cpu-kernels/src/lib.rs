@@ -28,11 +28,15 @@ pub struct Acts<'a> {
     pub q: &'a [i16],
     pub d: &'a [f32],
     pub s: &'a [f32],
-    /// Several tokens' `d` and `s` by groups of four tokens, block after block within
-    /// a group, the four tokens side by side (`lanes`): what the several-token kernels
-    /// multiply as one vector. Empty for one token.
-    pub d4: &'a [f32],
-    pub s4: &'a [f32],
+}
+
+/// Several tokens' `d` and `s` (of `Acts`) by groups of four tokens, block after block
+/// within a group, the four tokens side by side (`lanes`): what the several-token
+/// kernels multiply as one vector. Apart from `Acts`, which the one-token kernels take.
+#[derive(Clone, Copy)]
+pub struct Lanes<'a> {
+    pub d: &'a [f32],
+    pub s: &'a [f32],
 }
 
 /// `v` (`[token][block]`, `blocks` a token) as groups of four tokens: `[group][block]

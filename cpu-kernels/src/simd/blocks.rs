@@ -3,7 +3,7 @@
 //! in f32 with the block scales (`crate::dots` is the plain-loop reference; the
 //! engine's `engine::cpu::dot` says why 16 bits).
 
-use crate::Acts;
+use crate::{Acts, Lanes};
 use core::arch::wasm32::*;
 use std::sync::OnceLock;
 
@@ -171,17 +171,17 @@ pub fn dot(ty: Block, row: &[u8], x: Acts) -> f32 {
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`;
-/// `x.d4`, `x.s4` filled), four tokens at a time: each weight block is unpacked once
+/// `l` its scales and sums by fours), four tokens at a time: each weight block is unpacked once
 /// per four, and the four tokens' float work is one vector op — the block's four
 /// partial integer sums of each token transposed so that lane j holds token j's, then
 /// converted, scaled and added as `dot` does lane by lane. Each token's sum is `dot`'s,
 /// bit for bit (the same f32 operations in the same order; speculative decoding
 /// relies on it). A check or a prefill: one token's float work had been ~40% of its
 /// share of a block.
-pub fn dots(ty: Block, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
+pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f32]) {
     let (bytes, nb, h) = (ty.bytes(), cols / 32, halves());
     assert!(
-        x.d4.len() >= out.len().div_ceil(4) * nb * 4 && x.s4.len() == x.d4.len(),
+        l.d.len() >= out.len().div_ceil(4) * nb * 4 && l.s.len() == l.d.len(),
         "dots needs the activations' scales by groups of four tokens"
     );
     for (g, outs) in out.chunks_mut(4).enumerate() {
@@ -203,11 +203,11 @@ pub fn dots(ty: Block, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
                 *sj = block_dot(&w, &acts(x.q, (t0 + j) * cols + i * 32));
             }
             let at = (g * nb + i) * 4;
-            // SAFETY: `at + 4 <= d4.len() == s4.len()` (asserted above).
+            // SAFETY: `at + 4 <= l.d.len() == l.s.len()` (asserted above).
             let (xd, xs) = unsafe {
                 (
-                    v128_load(x.d4.as_ptr().add(at) as *const v128),
-                    v128_load(x.s4.as_ptr().add(at) as *const v128),
+                    v128_load(l.d.as_ptr().add(at) as *const v128),
+                    v128_load(l.s.as_ptr().add(at) as *const v128),
                 )
             };
             let scale = f32x4_mul(f32x4_splat(d), xd);
@@ -235,8 +235,6 @@ fn token(x: Acts, t: usize, cols: usize) -> Acts {
         q: &x.q[t * cols..][..cols],
         d: &x.d[b..][..n],
         s: &x.s[b..][..n],
-        d4: &[],
-        s4: &[],
     }
 }
 

@@ -72,8 +72,18 @@ impl Q16 {
             q: &self.q,
             d: &self.d,
             s: &self.s,
-            d4: &self.d4,
-            s4: &self.s4,
+        }
+    }
+
+    /// The scales and sums by groups of four tokens (`with_lanes`).
+    #[cfg_attr(
+        not(all(target_arch = "wasm32", target_feature = "simd128")),
+        allow(dead_code)
+    )]
+    fn lanes(&self) -> pippin_cpu_kernels::Lanes<'_> {
+        pippin_cpu_kernels::Lanes {
+            d: &self.d4,
+            s: &self.s4,
         }
     }
 
@@ -101,8 +111,6 @@ impl<'a> Row<'a> {
             q: self.q,
             d: self.d,
             s: self.s,
-            d4: &[],
-            s4: &[],
         }
     }
 }
@@ -163,7 +171,7 @@ pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
 pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, true, Some(b)) = (out.len() > 1, !x.d4.is_empty(), simd_block(ty)) {
-        return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), cols, out);
+        return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), x.lanes(), cols, out);
     }
     for (t, o) in out.iter_mut().enumerate() {
         *o = dot(ty, row, x.row(t, cols));
