@@ -237,7 +237,7 @@ impl Policy {
     /// A one-token forward took `ms`.
     pub fn stepped(&mut self, ms: f64) {
         self.step_ms = Some(match self.step_ms {
-            Some(s) => s + smooth(ms, s) * (ms - s),
+            Some(s) => s + SMOOTH * (ms - s),
             None => ms,
         });
     }
@@ -251,7 +251,7 @@ impl Policy {
         self.tried = self.tried * FADE + (accepted + usize::from(accepted < proposed)) as f64;
         if let (Some(step), Some(extra)) = (self.step_ms, self.extra.get_mut(proposed)) {
             let seen = ((ms / step - 1.0) / proposed.max(1) as f64).clamp(0.0, 2.0);
-            *extra += smooth(seen, *extra) * (seen - *extra);
+            *extra += SMOOTH * (seen - *extra);
             self.measured[proposed] = true;
             let lowest = (self.extra.iter().zip(&self.measured))
                 .filter(|(_, &m)| m)
@@ -271,17 +271,6 @@ impl Policy {
             (false, 0) => self.probe,
             (false, _) => PROBE,
         };
-    }
-}
-
-/// The weight of a new timing `seen` in an average that is `now`: a slow outlier (a
-/// pause of the page, a helper thread late: timing noise only ever adds) moves it a
-/// little, so one slow check does not stop a reply's guessing for a probe's wait.
-fn smooth(seen: f64, now: f64) -> f64 {
-    if seen > 1.5 * now {
-        SMOOTH / 4.0
-    } else {
-        SMOOTH
     }
 }
 
