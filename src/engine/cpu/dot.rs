@@ -76,10 +76,7 @@ impl Q16 {
     }
 
     /// The scales and sums by groups of four tokens (`with_lanes`).
-    #[cfg_attr(
-        not(all(target_arch = "wasm32", target_feature = "simd128")),
-        allow(dead_code)
-    )]
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn lanes(&self) -> pippin_cpu_kernels::Lanes<'_> {
         pippin_cpu_kernels::Lanes {
             d: &self.d4,
@@ -175,6 +172,18 @@ pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     }
     for (t, o) in out.iter_mut().enumerate() {
         *o = dot(ty, row, x.row(t, cols));
+    }
+}
+
+/// Whether `dots` reads `ty`'s activations by groups of four tokens (`with_lanes`):
+/// the SIMD blocks of 32 only (K-quants and the plain loops take tokens one by one).
+pub fn wants_lanes(ty: GgmlType) -> bool {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return simd_block(ty).is_some();
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    {
+        let _ = ty;
+        false
     }
 }
 

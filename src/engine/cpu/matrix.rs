@@ -229,7 +229,10 @@ impl QMatrix {
                 if dot::has_int_dot(*ty) && (tokenwise || !dot::is_kquant(*ty)) =>
             {
                 let q = Q16::quantize(x);
-                Some(if t > 1 { q.with_lanes(self.cols) } else { q })
+                Some(match t > 1 && dot::wants_lanes(*ty) {
+                    true => q.with_lanes(self.cols),
+                    false => q,
+                })
             }
             Storage::Palette { .. } if tokenwise => Some(Q16::quantize(x)),
             _ => None,
