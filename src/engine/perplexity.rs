@@ -3,7 +3,7 @@
 //! `stride`; each token is scored once, with at least `window - stride` tokens of
 //! context except at the start.
 
-use super::Backend;
+use super::backend::Backend;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -15,22 +15,7 @@ pub struct Perplexity {
     pub perplexity: f64,
 }
 
-/// log p(target) under one row of logits (a stable log-softmax).
-pub fn log_prob(logits: &[f32], target: u32) -> f32 {
-    let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    logits[target as usize] - max - sum.ln() as f32
-}
-
-/// Log-probabilities of `tokens[1..]`, each given the tokens before it, from the logits
-/// of every position (`[tokens.len()][vocab]`, the last row unused).
-pub fn log_probs_from_logits(logits: &[f32], tokens: &[u32], vocab: usize) -> Vec<f32> {
-    logits
-        .chunks_exact(vocab)
-        .zip(&tokens[1..])
-        .map(|(row, &t)| log_prob(row, t))
-        .collect()
-}
+pub use crate::sampler::{log_prob, log_probs_from_logits};
 
 /// Perplexity of `tokens` under the model behind `b` (its cache is cleared first).
 pub async fn perplexity<B: Backend>(

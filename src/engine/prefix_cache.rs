@@ -10,29 +10,15 @@
 //! A snapshot is also what a saved session carries (`Saved`): its tokens, the state's
 //! bytes and a fingerprint of the model, adapter and KV format that computed them.
 
-use super::common_prefix;
+use super::backend::{common_prefix, damaged, KvSnapshot, Reader, Writer};
 use crate::error::{Error, Result};
 
-/// The live cache's state, copied where its backend keeps it.
-pub enum KvState {
-    Cpu(super::cpu::CpuSnapshot),
-    Gpu(super::gpu_session::GpuSnapshot),
-}
-
-impl KvState {
-    fn bytes(&self) -> u64 {
-        match self {
-            KvState::Cpu(s) => s.bytes(),
-            KvState::Gpu(s) => s.bytes(),
-        }
-    }
-}
-
+/// A copy of the live KV cache: the tokens it holds, under which adapter.
 pub struct Snapshot {
     pub tokens: Vec<u32>,
     /// The adapter (its id) whose keys and values these are.
     pub adapter: u64,
-    pub state: KvState,
+    pub state: Box<dyn KvSnapshot>,
 }
 
 /// What the cache holds and has done, for `stats()`.
@@ -224,84 +210,6 @@ impl Fingerprint {
 
     pub fn value(self) -> u64 {
         self.0
-    }
-}
-
-/// Little-endian bytes of a saved state.
-#[derive(Default)]
-pub struct Writer(pub Vec<u8>);
-
-impl Writer {
-    pub fn raw(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-    pub fn u32(&mut self, v: u32) {
-        self.raw(&v.to_le_bytes());
-    }
-    pub fn u64(&mut self, v: u64) {
-        self.raw(&v.to_le_bytes());
-    }
-    /// A length, then the values.
-    pub fn u32s(&mut self, v: &[u32]) {
-        self.u64(v.len() as u64);
-        v.iter().for_each(|&x| self.u32(x));
-    }
-    pub fn bytes(&mut self, b: &[u8]) {
-        self.u64(b.len() as u64);
-        self.raw(b);
-    }
-}
-
-/// Reads what `Writer` wrote; anything short or out of range is a damaged save.
-pub struct Reader<'a> {
-    b: &'a [u8],
-}
-
-pub fn damaged() -> Error {
-    Error::invalid("this saved session is damaged (its bytes end early or do not match)")
-}
-
-impl<'a> Reader<'a> {
-    pub fn new(b: &'a [u8]) -> Self {
-        Reader { b }
-    }
-    pub fn raw(&mut self, n: usize) -> Result<&'a [u8]> {
-        if n > self.b.len() {
-            return Err(damaged());
-        }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
-    }
-    pub fn u32(&mut self) -> Result<u32> {
-        let b = self.raw(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    pub fn u64(&mut self) -> Result<u64> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.raw(8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn len(&mut self, each: usize) -> Result<usize> {
-        let n = usize::try_from(self.u64()?).map_err(|_| damaged())?;
-        match n.checked_mul(each) {
-            Some(b) if b <= self.b.len() => Ok(n),
-            _ => Err(damaged()),
-        }
-    }
-    pub fn u32s(&mut self) -> Result<Vec<u32>> {
-        let n = self.len(4)?;
-        (0..n).map(|_| self.u32()).collect()
-    }
-    pub fn bytes(&mut self) -> Result<&'a [u8]> {
-        let n = self.len(1)?;
-        self.raw(n)
-    }
-    pub fn rest(&self) -> &'a [u8] {
-        self.b
-    }
-    pub fn is_empty(&self) -> bool {
-        self.b.is_empty()
     }
 }
 

@@ -7,8 +7,7 @@ mod threads;
 
 use crate::engine::choice::{choose, BackendRequest, WebGpuProbe};
 use crate::engine::{
-    busy, AdapterChoice, BackendKind, Engine as Core, Event, GenerateOptions, Prompt,
-    SessionOptions, Usage,
+    busy, AdapterChoice, BackendKind, Engine, Event, GenerateOptions, Prompt, SessionOptions, Usage,
 };
 use crate::error::Error;
 use crate::gpu::{Caps, Gpu};
@@ -123,7 +122,7 @@ fn adapter_choice(v: &JsValue) -> JsResult<AdapterChoice> {
 /// its duration: no `RefCell` borrow spans an await, and a call arriving meanwhile
 /// finds the slot empty and is refused as busy.
 struct Slot {
-    core: RefCell<Option<Core>>,
+    core: RefCell<Option<Engine>>,
     disposed: Cell<bool>,
     /// An abort that arrived while a step held the engine: the next call ends it.
     abort: Cell<Option<u64>>,
@@ -143,7 +142,7 @@ impl Slot {
     }
 
     /// Runs `f` on the engine now (between async calls).
-    fn with<T>(&self, f: impl FnOnce(&mut Core) -> T) -> JsResult<T> {
+    fn with<T>(&self, f: impl FnOnce(&mut Engine) -> T) -> JsResult<T> {
         let mut guard = self.core.borrow_mut();
         let core = guard.as_mut().ok_or_else(|| self.missing())?;
         let out = f(core);
@@ -151,7 +150,7 @@ impl Slot {
         Ok(out)
     }
 
-    fn snapshot(&self, core: &Core) {
+    fn snapshot(&self, core: &Engine) {
         self.stats.set(Stats::of(core));
         *self.adapters.borrow_mut() = AdapterInfo::of(core);
     }
@@ -160,7 +159,7 @@ impl Slot {
 /// The engine taken out of its slot for one async call, put back however it ends.
 struct Lease {
     slot: Rc<Slot>,
-    core: Option<Core>,
+    core: Option<Engine>,
 }
 
 impl Lease {
@@ -176,7 +175,7 @@ impl Lease {
         })
     }
 
-    fn get(&mut self) -> JsResult<&mut Core> {
+    fn get(&mut self) -> JsResult<&mut Engine> {
         self.core.as_mut().ok_or_else(|| self.slot.missing())
     }
 }
@@ -199,14 +198,14 @@ pub fn set_guided_loader(load: js_sys::Function) {
 
 /// A loaded model. One reply at a time owns it (see `engine::Engine`); other calls
 /// meanwhile are refused, never queued. `stats()` and `info()` answer at any time.
-#[wasm_bindgen]
-pub struct Engine {
+#[wasm_bindgen(js_name = Engine)]
+pub struct JsEngine {
     slot: Rc<Slot>,
     info: serde_json::Value,
 }
 
-#[wasm_bindgen]
-impl Engine {
+#[wasm_bindgen(js_class = Engine)]
+impl JsEngine {
     /// Loads a GGUF model from streams of bytes (`Response.body`, `Blob.stream()`): one
     /// file's, or a split model's files' in order, uploading it to the GPU tensor by
     /// tensor. `totals` are their sizes when known;
@@ -220,7 +219,7 @@ impl Engine {
         on_progress: Option<js_sys::Function>,
         on_phase: Option<js_sys::Function>,
         team: Option<JsTeam>,
-    ) -> JsResult<Engine> {
+    ) -> JsResult<JsEngine> {
         console_error_panic_hook::set_once();
         // stats().wasmHeapPeakBytes: the most this load (and what follows) held.
         crate::memory::reset_peak();
@@ -268,7 +267,7 @@ impl Engine {
         let core = match gpu {
             Err(why) => {
                 let team = team.map(|t| Arc::new(threads::Threads(t)) as _);
-                let core = Core::load_cpu_shared(&mut src, so, &mut progress, &why, team)
+                let core = Engine::load_cpu_shared(&mut src, so, &mut progress, &why, team)
                     .await
                     .map_err(js_err)?;
                 load.weights_ms = ms(t0);
@@ -276,7 +275,7 @@ impl Engine {
             }
             Ok(mut gpu) => {
                 gpu.adapter.software |= opts.software_adapter;
-                let mut core = Core::load(gpu, &mut src, so, &mut progress)
+                let mut core = Engine::load(gpu, &mut src, so, &mut progress)
                     .await
                     .map_err(js_err)?;
                 core.set_reason(reason);
@@ -303,7 +302,7 @@ impl Engine {
         });
         slot.snapshot(&core);
         *slot.core.borrow_mut() = Some(core);
-        Ok(Engine { slot, info })
+        Ok(JsEngine { slot, info })
     }
 
     /// Starts a reply continuing `prompt` (plain text, no chat template); resolves to
@@ -422,10 +421,10 @@ impl Engine {
 
     /// Makes `draft` (a model loaded on the CPU backend, of this one's vocabulary)
     /// the draft of speculative decoding: it proposes the guesses instead of prompt
-    /// lookup (`Core::set_draft`: `BadOptions` for another vocabulary, or on the GPU
+    /// lookup (`Engine::set_draft`: `BadOptions` for another vocabulary, or on the GPU
     /// backend). `draft` is emptied either way.
     #[wasm_bindgen(js_name = setDraft)]
-    pub fn set_draft(&self, draft: &Engine) -> JsResult<()> {
+    pub fn set_draft(&self, draft: &JsEngine) -> JsResult<()> {
         let d = draft.slot.core.borrow_mut().take();
         draft.slot.disposed.set(true);
         let d = d.ok_or_else(|| draft.slot.missing())?;
@@ -606,7 +605,7 @@ struct Stats {
 }
 
 impl Stats {
-    fn of(c: &Core) -> Stats {
+    fn of(c: &Engine) -> Stats {
         let u = c.usage().unwrap_or_default();
         Stats {
             prefill_tokens_per_s: u.prefill_tokens_per_s(),
@@ -633,7 +632,7 @@ struct AdapterInfo {
 }
 
 impl AdapterInfo {
-    fn of(c: &Core) -> Vec<AdapterInfo> {
+    fn of(c: &Engine) -> Vec<AdapterInfo> {
         c.adapters()
             .into_iter()
             .map(|a| AdapterInfo {
@@ -674,20 +673,20 @@ struct RecoveryInfo {
     bytes: u64,
 }
 
-fn recovery_info(core: &Core) -> Option<RecoveryInfo> {
+fn recovery_info(core: &Engine) -> Option<RecoveryInfo> {
     core.recovery()
         .map(|(rank, bytes, _)| RecoveryInfo { rank, bytes })
 }
 
 impl<'a> Info<'a> {
-    fn of(core: &'a Core) -> JsResult<Info<'a>> {
+    fn of(core: &'a Engine) -> JsResult<Info<'a>> {
         match core.backend_kind().0 {
             BackendKind::Cpu => Self::cpu(core),
             BackendKind::Webgpu => Self::gpu(core),
         }
     }
 
-    fn cpu(core: &'a Core) -> JsResult<Info<'a>> {
+    fn cpu(core: &'a Engine) -> JsResult<Info<'a>> {
         let (backend, backend_reason) = core.backend_kind();
         Ok(Info {
             config: core.config(),
@@ -704,7 +703,7 @@ impl<'a> Info<'a> {
         })
     }
 
-    fn gpu(core: &'a Core) -> JsResult<Info<'a>> {
+    fn gpu(core: &'a Engine) -> JsResult<Info<'a>> {
         let g = &core.model().map_err(js_err)?.gpu;
         let (backend, backend_reason) = core.backend_kind();
         Ok(Info {

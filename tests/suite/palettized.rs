@@ -323,6 +323,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
         (own.nll - reference_nll).abs() < 2e-3,
         "CPU backend {own:?} vs the reference's mean NLL {reference_nll}"
     );
+    drop(b);
     let mut b = e.backend().unwrap();
     b.truncate(0);
     let mut own_text = String::new();

@@ -2,7 +2,7 @@
 //! KV head), as the GPU's default cache (`KvFormat::Int8`), or f32 (`KvCache`, the
 //! reference's). Both grow with the conversation.
 
-use crate::engine::prefix_cache::{damaged, Reader, Writer};
+use crate::engine::backend::{damaged, Reader, Writer};
 use crate::error::Result;
 use crate::model::reference::{softmax, AttnShape, KvStore};
 use crate::model::short_conv::ConvState;

@@ -8,11 +8,11 @@ pub mod dot;
 mod footprint;
 pub mod kv;
 mod load;
+mod loaded;
 pub mod matrix;
 pub mod team;
 
-use super::prefix_cache::{Reader, Writer};
-use super::{Backend, Logits, Want};
+use super::backend::{Backend, Logits, Reader, Want, Writer};
 use crate::adapters::Adapter;
 use crate::error::{Error, Result};
 use crate::model::reference::KvStore;
@@ -21,6 +21,7 @@ use crate::quant::kv::KvFormat;
 pub use footprint::Footprint;
 use kv::Cache;
 pub use load::{load, load_shared};
+pub use loaded::{CpuAdapter, CpuLoaded};
 pub use matrix::{QMatrix, TOKENWISE};
 use std::sync::Arc;
 use team::Team;
@@ -134,7 +135,7 @@ impl CpuState {
         };
         let len = cache.as_ref().map_or(0, Cache::positions);
         if len != tokens.len() {
-            return Err(crate::engine::prefix_cache::damaged());
+            return Err(crate::engine::backend::damaged());
         }
         self.cache = cache;
         self.tokens = tokens.to_vec();
@@ -227,7 +228,7 @@ impl<M: Linear> Backend for CpuBackend<'_, M> {
     async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         let logits = self.run(tokens, true)?;
         let vocab = self.model.config.vocab_size;
-        Ok(super::perplexity::log_probs_from_logits(
+        Ok(crate::sampler::log_probs_from_logits(
             &logits, tokens, vocab,
         ))
     }

@@ -1,6 +1,6 @@
 //! A layer as the forwards run it. Every family's block is the same sequence of steps
 //! — the reference (`model::reference`), the CPU backend through it, and the GPU
-//! engine (`engine::gpu_session::forward`) execute it in this order — and a `Block`
+//! engine (`engine::gpu::session::forward`) execute it in this order — and a `Block`
 //! says which variant of each step a layer takes:
 //!
 //! 1. `attn_norm` RMSNorm of x

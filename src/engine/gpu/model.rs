@@ -169,7 +169,7 @@ impl GpuModel {
         src: &mut S,
         progress: Progress<'_>,
         check: &mut dyn FnMut(&Gguf) -> Result<()>,
-        session: Option<&crate::engine::SessionOptions>,
+        session: Option<&crate::engine::backend::SessionOptions>,
     ) -> Result<(GpuModel, Gguf)> {
         let total = src.total_len();
         let mut w = Window::new(src);

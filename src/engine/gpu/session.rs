@@ -2,9 +2,9 @@
 //! command buffer per decode step; prefill in chunks; only the sampled candidates
 //! (or, for tests, the logits) are read back.
 
-use super::gpu_adapter::GpuAdapter;
-use super::gpu_model::GpuModel;
-use super::{Backend, LateMask, Logits, Want};
+use super::lora::GpuAdapter;
+use super::model::GpuModel;
+use crate::engine::backend::{Backend, LateMask, Logits, SessionOptions, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache};
@@ -12,7 +12,6 @@ use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, Io};
 use crate::kernels::sample::{self, TopK};
 use crate::kernels::{Plan, Step};
-use crate::quant::kv::KvFormat;
 use std::collections::HashMap;
 
 mod chain;
@@ -26,43 +25,6 @@ pub use footprint::GpuFootprint;
 use footprint::{Sizes, MAX_PENALTY_IDS};
 
 use chain::InFlight;
-
-#[derive(Clone, Debug)]
-pub struct SessionOptions {
-    /// Most tokens the conversation may hold (capped at the model's context length).
-    pub max_context: usize,
-    pub kv: KvFormat,
-    /// Tokens per prefill chunk.
-    pub chunk: usize,
-    /// Bytes of KV state the prefix cache may keep (other sessions' and common
-    /// prefixes'); `None`: about one KV cache at `max_context` in int8.
-    pub session_memory: Option<u64>,
-    /// The CPU backend's memory: a model whose weights, KV cache at `max_context` and
-    /// scratch need more is refused before its weights are read (`DeviceLimits`).
-    /// The browser sets what a wasm32 instance can address; natively `None`.
-    pub cpu_memory: Option<u64>,
-}
-
-impl Default for SessionOptions {
-    fn default() -> Self {
-        SessionOptions {
-            max_context: 4096,
-            kv: KvFormat::Int8,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
-        }
-    }
-}
-
-impl SessionOptions {
-    /// The prefix cache's budget for a model of config `c`.
-    pub fn snapshot_budget(&self, c: &crate::model::Config) -> u64 {
-        let context = self.max_context.min(c.context_length) as u64;
-        let default = 2 * c.n_layers as u64 * context * c.kv_dim() as u64;
-        self.session_memory.unwrap_or(default)
-    }
-}
 
 /// Activations for up to `chunk` tokens.
 struct Buffers {
@@ -540,7 +502,7 @@ impl GpuSession {
                 logits
                     .chunks_exact(c.vocab_size)
                     .zip(next)
-                    .map(|(row, &t)| super::perplexity::log_prob(row, t)),
+                    .map(|(row, &t)| crate::sampler::log_prob(row, t)),
             );
         }
         Ok(out)
@@ -834,7 +796,7 @@ impl Backend for GpuBackend<'_> {
             return self.session.verify(self.model, self.adapter, tokens).await;
         }
         // Past one-pass attention: one-token steps (the same logits, no saving).
-        super::verify_by_steps(self, tokens).await
+        crate::engine::backend::verify_by_steps(self, tokens).await
     }
     fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
         self.session.submit(self.model, self.adapter, tokens, &want)

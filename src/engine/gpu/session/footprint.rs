@@ -6,7 +6,7 @@
 //! limit is refused before any weight is read (in the browser: before the rest of the
 //! download) with `DeviceLimits` naming it, its size, and the context that would fit.
 
-use super::SessionOptions;
+use crate::engine::backend::SessionOptions;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::kernels::attention::{self, CacheSize};

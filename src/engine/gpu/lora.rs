@@ -8,7 +8,6 @@ use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::model::PerProj;
 use crate::quant::gpu_layout::{f16_words, GpuFormat, Packed};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct GpuLora {
     pub a: GpuMatrix,
@@ -23,13 +22,6 @@ pub struct GpuAdapter {
     pub rank: usize,
     pub layers: Vec<PerProj<Option<GpuLora>>>,
     pub bytes: u64,
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A new adapter id (never 0: "no adapter"), unique per process across backends.
-pub fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 fn pad(rows: usize, cols: usize, data: &[f32], new_rows: usize, new_cols: usize) -> Vec<f32> {
@@ -107,7 +99,7 @@ impl GpuAdapter {
             .map(|l| l.a.bytes() + l.b.bytes())
             .sum();
         Ok(GpuAdapter {
-            id: next_id(),
+            id: crate::engine::backend::next_adapter_id(),
             rank: adapter.rank,
             layers,
             bytes,

@@ -7,7 +7,8 @@
 //! the weights download; natively the compile simply moves ahead of the upload.
 
 use super::{GpuModel, Uploaded};
-use crate::engine::{GpuSession, SessionOptions};
+use crate::engine::backend::SessionOptions;
+use crate::engine::gpu::GpuSession;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;

@@ -6,9 +6,9 @@
 //! submitted: the session holds a placeholder for it until the step before is read.
 
 use super::{GpuSession, Part};
-use crate::engine::gpu_adapter::GpuAdapter;
-use crate::engine::gpu_model::GpuModel;
-use crate::engine::Want;
+use crate::engine::backend::Want;
+use crate::engine::gpu::lora::GpuAdapter;
+use crate::engine::gpu::GpuModel;
 use crate::error::{Error, Result};
 
 /// Where a chained step's input token will go once known.

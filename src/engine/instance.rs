@@ -10,15 +10,14 @@
 //! released (the caller dropped it) or failed; a failed reply reports its error again
 //! if asked, never a quiet end.
 
-use super::backends::{AnyBackend, BackendKind, Body, Resident};
+use super::backend::{common_prefix, AnyBackend, Backend, BackendKind, GpuBytes, Want};
+use super::backend::{LoadedAdapter, LoadedModel, SessionOptions};
 use super::cpu::team::Team;
-use super::cpu::{CpuBackend, CpuModel, CpuState};
-use super::gpu_adapter::GpuAdapter;
-use super::prefix_cache::{Fingerprint, PrefixCache, PrefixStats, Saved};
+use super::cpu::{CpuBackend, CpuLoaded, CpuState};
+use super::gpu::{GpuLoaded, GpuModel, GpuSession};
+use super::prefix_cache::{Fingerprint, PrefixCache, PrefixStats, Saved, Snapshot};
 use super::tools::{self, Prepared};
-use super::Backend;
-use super::{common_prefix, Want};
-use super::{Event, GenerateOptions, Generation, GpuBackend, GpuModel, GpuSession, Usage};
+use super::{Event, GenerateOptions, Generation, Usage};
 use crate::adapters::{recovery, Adapter};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
@@ -30,7 +29,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use super::gpu_session::SessionOptions;
+/// An adapter resident on the engine's backend, shared with the replies that use it.
+type Resident = Rc<dyn LoadedAdapter>;
 
 /// What a reply answers: a text to continue, or a conversation in the chat template.
 #[derive(Clone, Debug)]
@@ -68,18 +68,7 @@ pub struct ResidentAdapter {
 struct Running {
     id: u64,
     generation: Generation,
-    adapter: Option<Rc<Resident>>,
-}
-
-/// Bytes of the GPU buffers an engine holds, by what they hold (the quantized weights
-/// as uploaded; norms and other vectors, a few KB, are not counted).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuBytes {
-    pub weights: u64,
-    pub kv_cache: u64,
-    pub scratch: u64,
-    pub adapters: u64,
+    adapter: Option<Resident>,
 }
 
 /// How the last reply ended, so its caller can ask again and get the same answer.
@@ -89,11 +78,11 @@ enum Ended {
 }
 
 pub struct Engine {
-    body: Body,
+    body: Box<dyn LoadedModel>,
     tokenizer: Tokenizer,
     /// Why this backend runs the model (shown by `info().backend`).
     reason: String,
-    adapters: BTreeMap<String, Rc<Resident>>,
+    adapters: BTreeMap<String, Resident>,
     active: Option<String>,
     running: Option<Running>,
     ended: Option<(u64, Ended)>,
@@ -102,7 +91,7 @@ pub struct Engine {
     grammars: GrammarCache,
     /// A draft model proposing speculative decoding's guesses (`set_draft`): always
     /// on the CPU backend (the only one that checks guesses in one pass, for now).
-    draft: Option<(Box<CpuModel>, CpuState)>,
+    draft: Option<Box<CpuLoaded>>,
     /// Copies of KV state other conversations and prefixes left (`prefix_cache`).
     prefix: PrefixCache,
     /// What identifies the model's computation in a saved session: its GGUF header.
@@ -111,7 +100,7 @@ pub struct Engine {
     adapter_prints: Vec<(String, u64)>,
     /// The recovery adapter the model's file carries (`adapters::recovery`), parsed
     /// and resident: it runs under every reply, and task adapters stack on it.
-    recovery: Option<(Adapter, Rc<Resident>)>,
+    recovery: Option<(Adapter, Resident)>,
     recovery_on: bool,
 }
 
@@ -137,7 +126,7 @@ impl Engine {
         let max_binding = gpu.max_binding();
         let mut check = |g: &Gguf| {
             let c = crate::model::Config::from_gguf(g)?;
-            super::GpuFootprint::check(g, &c, &session, max_binding)?;
+            super::gpu::GpuFootprint::check(g, &c, &session, max_binding)?;
             tokenizer = Some(Tokenizer::from_gguf(&g.metadata)?);
             print = model_print(g);
             Ok(())
@@ -192,10 +181,10 @@ impl Engine {
         let tokenizer =
             tokenizer.ok_or_else(|| Error::Tokenizer("no tokenizer was built".into()))?;
         let budget = session.snapshot_budget(&model.config);
-        let body = Body::Cpu {
+        let body = Box::new(CpuLoaded {
             model: Box::new(model),
             state: CpuState::new(session.kv).with_team(team),
-        };
+        });
         let mut e = Self::with_body(body, tokenizer, reason, budget);
         e.print = print;
         e.take_recovery(&gguf, tensors)?;
@@ -229,10 +218,7 @@ impl Engine {
     /// the first reply does not (the browser shows this as the "compile" phase).
     pub fn warm(&mut self) -> Result<()> {
         self.idle()?;
-        match &mut self.body {
-            Body::Gpu { model, session } => session.warm(model),
-            Body::Cpu { .. } => Ok(()),
-        }
+        self.body.warm()
     }
 
     /// Dispatches of a decode step with the active adapter, and how many of them are
@@ -241,10 +227,11 @@ impl Engine {
         self.idle()?;
         let adapter = self.active_adapter();
         let (model, session) = self.gpu_parts()?;
-        session.decode_dispatch_counts(model, adapter.as_ref().and_then(|a| a.gpu()))
+        let adapter = adapter.as_ref().and_then(|a| a.as_any().downcast_ref());
+        session.decode_dispatch_counts(model, adapter)
     }
 
-    fn active_adapter(&self) -> Option<Rc<Resident>> {
+    fn active_adapter(&self) -> Option<Resident> {
         self.active
             .as_deref()
             .and_then(|n| self.adapters.get(n))
@@ -259,7 +246,7 @@ impl Engine {
             return Ok(());
         }
         let adapter = recovery::read(&g.metadata, self.config(), |n| tensors.remove(n))?;
-        let resident = Rc::new(self.resident(adapter.clone())?);
+        let resident = Rc::from(self.body.upload(adapter.clone())?);
         self.recovery = Some((adapter, resident));
         self.recovery_on = true;
         Ok(())
@@ -282,22 +269,11 @@ impl Engine {
     }
 
     /// The recovery adapter, where it runs under the base model.
-    fn base_adapter(&self) -> Option<&Rc<Resident>> {
+    fn base_adapter(&self) -> Option<&Resident> {
         self.recovery
             .as_ref()
             .filter(|_| self.recovery_on)
             .map(|r| &r.1)
-    }
-
-    /// An adapter made resident on this engine's backend.
-    fn resident(&self, adapter: Adapter) -> Result<Resident> {
-        Ok(match &self.body {
-            Body::Gpu { model, .. } => Resident::Gpu(GpuAdapter::upload(&model.gpu, &adapter)?),
-            Body::Cpu { .. } => Resident::Cpu {
-                id: super::gpu_adapter::next_id(),
-                adapter,
-            },
-        })
     }
 
     /// Dispatches per token of the running (or last) reply's decode steps.
@@ -307,25 +283,27 @@ impl Engine {
             .as_ref()
             .and_then(|r| r.adapter.as_ref())
             .map_or(0, |a| a.id());
-        match &self.body {
-            Body::Gpu { session, .. } => session.recorded_dispatches(id),
-            Body::Cpu { .. } => None,
-        }
+        self.body.recorded_dispatches(id)
     }
 
     pub fn new(model: GpuModel, tokenizer: Tokenizer, session: SessionOptions) -> Result<Engine> {
         let budget = session.snapshot_budget(&model.config);
         let session = GpuSession::new(&model, session)?;
-        let body = Body::Gpu {
+        let body = Box::new(GpuLoaded {
             model: Box::new(model),
             session: Box::new(session),
-        };
+        });
         Ok(Self::with_body(body, tokenizer, "asked for", budget))
     }
 
-    fn with_body(body: Body, tokenizer: Tokenizer, reason: &str, budget: u64) -> Engine {
+    fn with_body(
+        body: Box<dyn LoadedModel>,
+        tokenizer: Tokenizer,
+        reason: &str,
+        budget: u64,
+    ) -> Engine {
         // Without a GGUF header (a model built in memory), its shape identifies it.
-        let c = config_of(&body);
+        let c = body.config();
         let shape = [
             c.n_layers,
             c.hidden,
@@ -365,31 +343,22 @@ impl Engine {
 
     /// The backend that runs the model, and why it was chosen.
     pub fn backend_kind(&self) -> (BackendKind, &str) {
-        let kind = match self.body {
-            Body::Gpu { .. } => BackendKind::Webgpu,
-            Body::Cpu { .. } => BackendKind::Cpu,
-        };
-        (kind, &self.reason)
+        (self.body.kind(), &self.reason)
     }
 
     /// Threads the CPU backend runs on (1 on the GPU).
     pub fn threads(&self) -> usize {
-        match &self.body {
-            Body::Gpu { .. } => 1,
-            Body::Cpu { state, .. } => state.threads(),
-        }
+        self.body.threads()
     }
 
     pub fn config(&self) -> &Config {
-        config_of(&self.body)
+        self.body.config()
     }
 
     /// The GPU model (none on the CPU backend).
     pub fn gpu_model(&self) -> Option<&GpuModel> {
-        match &self.body {
-            Body::Gpu { model, .. } => Some(model),
-            Body::Cpu { .. } => None,
-        }
+        let gpu = self.body.as_any().downcast_ref::<GpuLoaded>();
+        gpu.map(|g| g.model.as_ref())
     }
 
     /// The GPU model, or the error of asking the CPU backend for one.
@@ -402,9 +371,9 @@ impl Engine {
     }
 
     fn gpu_parts(&mut self) -> Result<(&GpuModel, &mut GpuSession)> {
-        match &mut self.body {
-            Body::Gpu { model, session } => Ok((model, session)),
-            Body::Cpu { .. } => Err(not_gpu()),
+        match self.body.as_any_mut().downcast_mut::<GpuLoaded>() {
+            Some(g) => Ok((&g.model, &mut g.session)),
+            None => Err(not_gpu()),
         }
     }
 
@@ -430,7 +399,7 @@ impl Engine {
                 .filter(|_| self.recovery_on)
                 .map(|r| &r.1))
             .map(|a| a.as_ref());
-        Ok(Self::backend_of(&mut self.body, adapter))
+        Ok(self.body.backend(adapter))
     }
 
     /// As `backend`, with the draft model's backend when there is one
@@ -448,28 +417,8 @@ impl Engine {
                 .filter(|_| self.recovery_on)
                 .map(|r| &r.1))
             .map(|a| a.as_ref());
-        let draft = self
-            .draft
-            .as_mut()
-            .map(|(m, s)| CpuBackend::new(m, s, None));
-        Ok((Self::backend_of(&mut self.body, adapter), draft))
-    }
-
-    fn backend_of<'a>(body: &'a mut Body, adapter: Option<&'a Resident>) -> AnyBackend<'a> {
-        match body {
-            Body::Gpu { model, session } => AnyBackend::Gpu(GpuBackend::with_adapter(
-                model,
-                session,
-                adapter.and_then(Resident::gpu),
-            )),
-            Body::Cpu { model, state } => {
-                let lora = adapter.and_then(|a| match a {
-                    Resident::Cpu { id, adapter } => Some((*id, adapter)),
-                    Resident::Gpu(_) => None,
-                });
-                AnyBackend::Cpu(CpuBackend::new(model, state, lora))
-            }
-        }
+        let draft = self.draft.as_deref_mut().map(draft_backend);
+        Ok((self.body.backend(adapter), draft))
     }
 
     /// Loads a PEFT adapter folder (`adapter_config.json`, `adapter_model.safetensors`)
@@ -515,7 +464,7 @@ impl Engine {
         }
     }
 
-    fn adapter(&self, choice: &AdapterChoice) -> Result<Option<Rc<Resident>>> {
+    fn adapter(&self, choice: &AdapterChoice) -> Result<Option<Resident>> {
         let name = match choice {
             AdapterChoice::Active => self.active.as_deref(),
             AdapterChoice::None => None,
@@ -546,7 +495,7 @@ impl Engine {
         let p = self.prepare(prompt, opts)?;
         let adapter = self.adapter(adapter)?;
         self.reuse(&p.ids, adapter.as_ref().map_or(0, |a| a.id()))?;
-        let mut backend = Self::backend_of(&mut self.body, adapter.as_deref());
+        let mut backend = self.body.backend(adapter.as_deref());
         let mut generation = Generation::start_cached(
             &mut backend,
             &self.tokenizer,
@@ -555,8 +504,9 @@ impl Engine {
             &self.grammars,
         )
         .await?;
-        if let Some((m, s)) = &mut self.draft {
-            generation.prefill_draft(&mut CpuBackend::new(m, s, None))?;
+        drop(backend);
+        if let Some(d) = self.draft.as_deref_mut() {
+            generation.prefill_draft(&mut draft_backend(d))?;
         }
         generation.asked_at(asked);
         if let Some(r) = p.calls {
@@ -579,15 +529,15 @@ impl Engine {
         let Some(r) = self.running.as_mut().filter(|r| r.id == id) else {
             return self.ended_as(id);
         };
-        let mut backend = Self::backend_of(&mut self.body, r.adapter.as_deref());
-        let mut draft = self
-            .draft
-            .as_mut()
-            .map(|(m, s)| CpuBackend::new(m, s, None));
+        let mut backend = self.body.backend(r.adapter.as_deref());
+        let mut draft = self.draft.as_deref_mut().map(draft_backend);
         let next = r
             .generation
-            .next_with(&mut backend, draft.as_mut(), &self.tokenizer);
-        match next.await {
+            .next_with(&mut backend, draft.as_mut(), &self.tokenizer)
+            .await;
+        // The backends borrow the engine; `end` takes it.
+        drop((backend, draft));
+        match next {
             Ok(e @ Event::Done { .. }) => {
                 self.end(id, Ended::Done(e.clone()));
                 Ok(e)
@@ -653,7 +603,7 @@ impl Engine {
         };
         let best = self.prefix.best(ids, adapter, shared);
         if shared < live.len() && !self.prefix.covers(live, held_by) {
-            let s = self.body.snapshot()?;
+            let s = self.snapshot()?;
             self.prefix.insert(s);
         }
         // The snapshot was looked up before one was inserted: it is found again by
@@ -661,10 +611,21 @@ impl Engine {
         if let Some((_, n)) = best {
             if let Some((i, n)) = self.prefix.best(ids, adapter, n - 1) {
                 let s = self.prefix.take(i, n.min(ids.len().saturating_sub(1)));
-                self.body.restore(s)?;
+                self.body.restore(s.state.as_ref(), &s.tokens, s.adapter)?;
             }
         }
         Ok(())
+    }
+
+    /// A copy of the live KV cache with the tokens it holds.
+    fn snapshot(&mut self) -> Result<Snapshot> {
+        let state = self.body.snapshot()?;
+        let (tokens, adapter) = self.body.held();
+        Ok(Snapshot {
+            tokens: tokens.to_vec(),
+            adapter,
+            state,
+        })
     }
 
     /// Runs what the KV cache does not hold of `prompt` (a conversation without the
@@ -690,7 +651,7 @@ impl Engine {
             )));
         }
         self.reuse(&ids, adapter.as_ref().map_or(0, |a| a.id()))?;
-        let mut backend = Self::backend_of(&mut self.body, adapter.as_deref());
+        let mut backend = self.body.backend(adapter.as_deref());
         let keep = common_prefix(backend.tokens(), &ids);
         backend.truncate(keep);
         let keep = backend.tokens().len().min(keep);
@@ -710,10 +671,7 @@ impl Engine {
 
     /// Most tokens a conversation may hold: the KV cache's length.
     pub fn context_window(&self) -> usize {
-        match &self.body {
-            Body::Gpu { session, .. } => session.max_context(),
-            Body::Cpu { model, .. } => model.config.context_length,
-        }
+        self.body.context_window()
     }
 
     /// A conversation's state as bytes: the KV cache of `prompt` (as `prefill` leaves
@@ -789,7 +747,7 @@ impl Engine {
         };
         let (live, held_by) = self.body.held();
         if !live.is_empty() && !self.prefix.covers(live, held_by) {
-            let s = self.body.snapshot()?;
+            let s = self.snapshot()?;
             self.prefix.insert(s);
         }
         if let Err(e) = self.body.read_state(&saved.state, &saved.tokens, id) {
@@ -817,8 +775,8 @@ impl Engine {
         if let Some((base, _)) = &self.recovery {
             adapter = crate::adapters::stack(base, &adapter);
         }
-        let resident = self.resident(adapter)?;
-        if let Some(old) = self.adapters.insert(name.to_string(), Rc::new(resident)) {
+        let resident = self.body.upload(adapter)?;
+        if let Some(old) = self.adapters.insert(name.to_string(), Rc::from(resident)) {
             self.prefix.forget_adapter(old.id());
         }
         let print = Fingerprint::default().with(config).with(weights).value();
@@ -868,12 +826,9 @@ impl Engine {
     /// Forgets the conversation (the KV cache stays allocated).
     pub fn reset(&mut self) -> Result<()> {
         self.idle()?;
-        match &mut self.body {
-            Body::Gpu { session, .. } => session.clear(),
-            Body::Cpu { state, .. } => state.clear(),
-        }
-        if let Some((_, state)) = &mut self.draft {
-            state.clear();
+        self.body.clear();
+        if let Some(d) = &mut self.draft {
+            d.state.clear();
         }
         Ok(())
     }
@@ -885,23 +840,18 @@ impl Engine {
     pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
         self.can_draft()?;
         same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
-        self.draft = Self::cpu_draft(draft.body);
-        match self.draft {
-            Some(_) => Ok(()),
-            None => Err(Error::invalid("a draft model runs on the CPU backend")),
-        }
-    }
-
-    fn cpu_draft(body: Body) -> Option<(Box<CpuModel>, CpuState)> {
-        match body {
-            Body::Cpu { model, state } => Some((model, state)),
-            Body::Gpu { .. } => None,
+        match draft.body.into_any().downcast::<CpuLoaded>() {
+            Ok(d) => {
+                self.draft = Some(d);
+                Ok(())
+            }
+            Err(_) => Err(Error::invalid("a draft model runs on the CPU backend")),
         }
     }
 
     fn can_draft(&mut self) -> Result<()> {
         self.idle()?;
-        if Self::backend_of(&mut self.body, None).verifies() < 2 {
+        if self.body.backend(None).verifies() < 2 {
             return Err(Error::invalid(
                 "a draft model needs a backend that checks several tokens in one pass: the CPU backend (not yet the GPU's)",
             ));
@@ -916,38 +866,28 @@ impl Engine {
 
     /// GPU memory Pippin holds for this model, by kind (all zero on the CPU backend).
     pub fn gpu_bytes(&self) -> GpuBytes {
-        match &self.body {
-            Body::Gpu { model, session } => GpuBytes {
-                weights: model.weight_bytes,
-                kv_cache: session.kv_bytes(),
-                scratch: session.scratch_bytes(),
+        let held = self.body.gpu_bytes();
+        match self.body.kind() {
+            BackendKind::Webgpu => GpuBytes {
                 adapters: self.adapters.values().map(|a| a.bytes()).sum(),
+                ..held
             },
-            Body::Cpu { .. } => GpuBytes::default(),
+            BackendKind::Cpu => held,
         }
     }
 
     /// Bytes of the model's weights (on the GPU, or in memory on the CPU backend).
     pub fn weight_bytes(&self) -> u64 {
-        match &self.body {
-            Body::Gpu { model, .. } => model.weight_bytes,
-            Body::Cpu { model, .. } => cpu_weight_bytes(model),
-        }
+        self.body.weight_bytes()
     }
 
     pub fn kv_cache_bytes(&self) -> u64 {
-        match &self.body {
-            Body::Gpu { session, .. } => session.kv_bytes(),
-            Body::Cpu { state, .. } => state.kv_bytes(),
-        }
+        self.body.kv_bytes()
     }
 
     /// Tokens the KV cache holds.
     pub fn context_tokens(&self) -> usize {
-        match &self.body {
-            Body::Gpu { session, .. } => session.len(),
-            Body::Cpu { state, .. } => state.len(),
-        }
+        self.body.len()
     }
 }
 
@@ -967,13 +907,6 @@ fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
             target.token_text(id).unwrap_or_default()
         ))),
         None => Ok(()),
-    }
-}
-
-fn config_of(body: &Body) -> &Config {
-    match body {
-        Body::Gpu { model, .. } => &model.config,
-        Body::Cpu { model, .. } => &model.config,
     }
 }
 
@@ -1008,17 +941,7 @@ fn not_gpu() -> Error {
     Error::unsupported("this model runs on the CPU backend, not on a GPU")
 }
 
-fn cpu_weight_bytes(m: &CpuModel) -> u64 {
-    let w = &m.weights;
-    let layers: u64 = w
-        .layers
-        .iter()
-        .map(|l| {
-            [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                .iter()
-                .map(|m| m.bytes())
-                .sum::<u64>()
-        })
-        .sum();
-    layers + w.token_embd.bytes() + w.output.as_ref().map_or(0, |o| o.bytes())
+/// The draft model as a backend (always the base model: a draft carries no adapter).
+fn draft_backend(d: &mut CpuLoaded) -> CpuBackend<'_> {
+    CpuBackend::new(&d.model, &mut d.state, None)
 }

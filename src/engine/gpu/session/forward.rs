@@ -3,8 +3,8 @@
 //! the output head. Recorded into a plan for decode steps, encoded for chunks.
 
 use super::GpuSession;
-use crate::engine::gpu_adapter::{GpuAdapter, GpuLora};
-use crate::engine::gpu_model::GpuModel;
+use crate::engine::gpu::lora::{GpuAdapter, GpuLora};
+use crate::engine::gpu::GpuModel;
 use crate::error::{Error, Result};
 use crate::kernels::attention;
 use crate::kernels::elementwise::{self, NormOut};

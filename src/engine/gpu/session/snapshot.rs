@@ -5,7 +5,7 @@
 //! convolution's state) is copied whole, with the first position the rings hold.
 
 use super::GpuSession;
-use crate::engine::prefix_cache::{damaged, Reader, Writer};
+use crate::engine::backend::{damaged, Reader, Writer};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::kernels::attention::LayerCache;
