@@ -1,43 +1,162 @@
-//! Writes the WGSL kernels of `shaders/` to `OUT_DIR/shaders/` without comments,
-//! indentation, line breaks and the spaces no token needs, which `kernels` embeds: the
-//! comments and spacing are for readers of the source, and in the browser's wasm they
-//! were ~25 KB of the download.
+//! Writes the WGSL kernels of `shaders/` to `OUT_DIR/shaders/` — `#include "file"`
+//! lines replaced by the file, without comments, indentation, line breaks and the
+//! spaces no token needs (in the browser's wasm they were ~25 KB of the download) — and
+//! `OUT_DIR/shaders.rs`, the table `kernels` builds on: a `Shader` per kernel file (one
+//! with an `@compute` entry point), its source, and how it uses each binding, read from
+//! its `@binding` declarations. So a kernel's bindings are stated once, in its WGSL.
 
+use std::fmt::Write as _;
 use std::{env, fs, path::Path};
 
 fn main() {
     println!("cargo:rerun-if-changed=shaders");
     let out = Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("shaders");
     fs::create_dir_all(&out).expect("OUT_DIR is writable");
-    for entry in fs::read_dir("shaders").expect("shaders/ is readable") {
-        let path = entry.expect("shaders/ is readable").path();
-        if path.extension().is_none_or(|e| e != "wgsl") {
-            continue;
+    let mut names: Vec<String> = fs::read_dir("shaders")
+        .expect("shaders/ is readable")
+        .map(|e| e.expect("shaders/ is readable").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wgsl"))
+        .map(|p| p.file_stem().expect("a file name").to_string_lossy().into())
+        .collect();
+    names.sort();
+    let mut table = Vec::new();
+    for name in &names {
+        let code = expand(name, &mut Vec::new());
+        if !code.contains("@compute") {
+            continue; // an included file, not a kernel
         }
-        let src = fs::read_to_string(&path).expect("a shader is UTF-8");
-        // The code joined into one line (newlines separate no WGSL token), except
-        // `#include "file"` lines, which `kernels` resolves line by line: kept as
-        // written, on lines of their own.
-        let (mut min, mut code) = (String::with_capacity(src.len()), String::new());
-        for line in src.lines() {
-            // WGSL has no strings: `//` always starts a comment.
-            let line = line.split("//").next().unwrap_or("").trim();
-            if line.starts_with('#') {
-                squeeze(&code, &mut min);
-                code.clear();
-                min.push('\n');
-                min.push_str(line);
-                min.push('\n');
-            } else {
-                code.push_str(line);
-                code.push(' ');
-            }
-        }
+        let mut min = String::with_capacity(code.len());
         squeeze(&code, &mut min);
         min.push('\n');
-        let name = path.file_name().expect("a file name");
-        fs::write(out.join(name), min).expect("OUT_DIR is writable");
+        fs::write(out.join(format!("{name}.wgsl")), min).expect("OUT_DIR is writable");
+        table.push((name.clone(), bindings(name, &code)));
     }
+    fs::write(out.with_file_name("shaders.rs"), rust_table(&table)).expect("OUT_DIR is writable");
+}
+
+/// `shaders/<name>.wgsl` without comments, its includes expanded (each file once:
+/// `seen` lists those already in), as one line. `formats.wgsl` is generated.
+fn expand(name: &str, seen: &mut Vec<String>) -> String {
+    if seen.iter().any(|s| s == name) {
+        return String::new();
+    }
+    seen.push(name.to_string());
+    let src = match name {
+        "formats" => formats(),
+        _ => fs::read_to_string(format!("shaders/{name}.wgsl"))
+            .unwrap_or_else(|e| panic!("shaders/{name}.wgsl: {e}")),
+    };
+    let mut code = String::with_capacity(src.len());
+    for line in src.lines() {
+        // WGSL has no strings: `//` always starts a comment.
+        let line = line.split("//").next().unwrap_or("").trim();
+        match line.strip_prefix("#include ") {
+            Some(file) => {
+                let file = file.trim().trim_matches('"');
+                let inc = file.strip_suffix(".wgsl").unwrap_or_else(|| {
+                    panic!("shaders/{name}.wgsl includes {file:?}, not a .wgsl file")
+                });
+                code.push_str(&expand(inc, seen));
+            }
+            None => code.push_str(line),
+        }
+        code.push(' ');
+    }
+    code
+}
+
+/// The format ids the kernels switch on, as WGSL constants from the Rust enums that
+/// pack the data (one table for both): `GPU_<variant>` from `GpuFormat`, `KV_<variant>`
+/// from `KvFormat`.
+fn formats() -> String {
+    let mut s = String::new();
+    for (file, name, prefix) in [
+        ("src/quant/gpu_layout.rs", "GpuFormat", "GPU_"),
+        ("src/quant/kv.rs", "KvFormat", "KV_"),
+    ] {
+        println!("cargo:rerun-if-changed={file}");
+        let src = fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let body = src
+            .split_once(&format!("pub enum {name} {{"))
+            .and_then(|(_, rest)| rest.split_once("\n}"))
+            .unwrap_or_else(|| panic!("{file}: no `pub enum {name}`"))
+            .0;
+        for line in body.lines().map(str::trim) {
+            if let Some((variant, id)) = line.trim_end_matches(',').split_once(" = ") {
+                let id: u32 = id
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}::{variant} = {id}"));
+                let upper = variant.to_uppercase();
+                writeln!(s, "const {prefix}{upper}: u32 = {id}u;").unwrap();
+            }
+        }
+    }
+    s
+}
+
+/// How kernel `name` uses bindings 0, 1, … (`Uniform`, `Read`, `Write`), from each
+/// `@binding(i) var<…>` of its code; every index from 0 must be declared once.
+fn bindings(name: &str, code: &str) -> Vec<&'static str> {
+    let mut found: Vec<(usize, &'static str)> = Vec::new();
+    for decl in code.split("@binding(").skip(1) {
+        let (index, rest) = decl.split_once(')').expect("@binding(i)");
+        let index: usize = index.trim().parse().expect("a binding index");
+        let space = rest
+            .split_once("var<")
+            .and_then(|(_, r)| r.split_once('>'))
+            .map(|(s, _)| s.replace(' ', ""))
+            .unwrap_or_else(|| panic!("{name}: binding {index} is not a var<…>"));
+        let used = match space.as_str() {
+            "uniform" => "Uniform",
+            "storage" | "storage,read" => "Read",
+            "storage,read_write" => "Write",
+            other => panic!("{name}: binding {index} in address space {other}"),
+        };
+        found.push((index, used));
+    }
+    found.sort();
+    for (i, (index, _)) in found.iter().enumerate() {
+        assert_eq!(i, *index, "{name}: bindings must be 0, 1, … each once");
+    }
+    found.into_iter().map(|(_, u)| u).collect()
+}
+
+/// The generated `Shader` enum with each kernel's source and bindings.
+fn rust_table(table: &[(String, Vec<&'static str>)]) -> String {
+    let camel = |n: &str| -> String {
+        n.split('_')
+            .map(|w| w[..1].to_uppercase() + &w[1..])
+            .collect()
+    };
+    let mut s = String::from(
+        "/// A kernel: one file of `shaders/` (generated by build.rs).\n\
+         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\npub enum Shader {\n",
+    );
+    for (n, _) in table {
+        writeln!(s, "    {},", camel(n)).unwrap();
+    }
+    s.push_str("}\n\nimpl Shader {\n    /// Its WGSL, includes expanded.\n    fn source(self) -> &'static str {\n        match self {\n");
+    for (n, _) in table {
+        writeln!(
+            s,
+            "            Shader::{} => include_str!(concat!(env!(\"OUT_DIR\"), \"/shaders/{n}.wgsl\")),",
+            camel(n)
+        )
+        .unwrap();
+    }
+    s.push_str("        }\n    }\n\n    /// How it uses each binding, in binding order (its `@binding` declarations).\n    fn bindings(self) -> &'static [Use] {\n        match self {\n");
+    for (n, uses) in table {
+        let uses: Vec<String> = uses.iter().map(|u| format!("Use::{u}")).collect();
+        writeln!(
+            s,
+            "            Shader::{} => &[{}],",
+            camel(n),
+            uses.join(", ")
+        )
+        .unwrap();
+    }
+    s.push_str("        }\n    }\n}\n");
+    s
 }
 
 /// `code` onto `out` without the spaces that separate nothing: a run of spaces stays

@@ -1,10 +1,13 @@
 // Included by the kernels that read or write one layer's quantized KV cache: its
 // layout and formats, read value by value (`k_at`, `v_at`) and written a head at a time
 // (`store_head`). Position p lives in slot p % SLOTS (a ring for sliding-window
-// layers). KV_FORMAT 0: f32; 1: f16, two per word; 2: int8, four per word, one f32
-// scale per (position, KV head); 3: int4, eight per word, one f32 scale per 32.
+// layers). KV_FORMAT, one of the KV_* ids of `KvFormat` (src/quant/kv.rs, written as
+// WGSL constants by build.rs): f32; f16, two per word; int8, four per word, one f32
+// scale per (position, KV head); int4, eight per word, one f32 scale per 32.
 
-override KV_FORMAT: u32 = 2u;
+#include "formats.wgsl"
+
+override KV_FORMAT: u32 = KV_INT8;
 override HD: u32;          // a multiple of 32, at most 256
 override NKV: u32;
 override SLOTS: u32;
@@ -17,26 +20,26 @@ override SLOTS: u32;
 // Word holding element e.
 fn kv_word(e: u32) -> u32 {
     switch KV_FORMAT {
-        case 0u: { return e; }
-        case 1u: { return e / 2u; }
-        case 2u: { return e / 4u; }
+        case KV_F32: { return e; }
+        case KV_F16: { return e / 2u; }
+        case KV_INT8: { return e / 4u; }
         default: { return e / 8u; }
     }
 }
 
 // Index of element e's scale (int8: per token and head; int4: per 32).
 fn kv_scale_index(e: u32) -> u32 {
-    return select(e / 32u, e / HD, KV_FORMAT == 2u);
+    return select(e / 32u, e / HD, KV_FORMAT == KV_INT8);
 }
 
 fn kv_decode(word: u32, e: u32, scale: f32) -> f32 {
     switch KV_FORMAT {
-        case 0u: { return bitcast<f32>(word); }
-        case 1u: {
+        case KV_F32: { return bitcast<f32>(word); }
+        case KV_F16: {
             let h = unpack2x16float(word);
             return select(h.x, h.y, (e & 1u) == 1u);
         }
-        case 2u: { return f32(extractBits(bitcast<i32>(word), (e % 4u) * 8u, 8u)) * scale; }
+        case KV_INT8: { return f32(extractBits(bitcast<i32>(word), (e % 4u) * 8u, 8u)) * scale; }
         default: { return f32(i32(extractBits(word, (e % 8u) * 4u, 4u)) - 8) * scale; }
     }
 }
@@ -44,7 +47,7 @@ fn kv_decode(word: u32, e: u32, scale: f32) -> f32 {
 fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
     let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
     var s = 0.0;
-    if KV_FORMAT >= 2u {
+    if KV_FORMAT >= KV_INT8 {
         s = k_scales[kv_scale_index(e)];
     }
     return kv_decode(k_cache[kv_word(e)], e, s);
@@ -53,7 +56,7 @@ fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
 fn v_at(pos: u32, kvh: u32, d: u32) -> f32 {
     let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
     var s = 0.0;
-    if KV_FORMAT >= 2u {
+    if KV_FORMAT >= KV_INT8 {
         s = v_scales[kv_scale_index(e)];
     }
     return kv_decode(v_cache[kv_word(e)], e, s);
@@ -92,17 +95,17 @@ fn store_head(is_v: bool, pos: u32, kvh: u32, lid: u32) {
     kv_amax[lid] = m;
     workgroupBarrier();
     switch KV_FORMAT {
-        case 0u: {
+        case KV_F32: {
             for (var i = lid; i < HD; i += 64u) {
                 store_word(is_v, e0 + i, bitcast<u32>(kv_vals[i]));
             }
         }
-        case 1u: {
+        case KV_F16: {
             for (var i = lid; i < HD / 2u; i += 64u) {
                 store_word(is_v, e0 / 2u + i, pack2x16float(vec2<f32>(kv_vals[2u * i], kv_vals[2u * i + 1u])));
             }
         }
-        case 2u: {
+        case KV_INT8: {
             if lid == 0u {
                 var mx = 0.0;
                 for (var j = 0u; j < 64u; j++) {

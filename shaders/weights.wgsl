@@ -1,11 +1,13 @@
 // Included by the matmul and embedding kernels: weight rows as packed by
 // src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
-// FORMAT: 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 palettized 4-bit, 6 palettized
-// 2-bit, 7 Q5_0, 8 Q5_1, 9 IQ4_NL, 10 Q2_K, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K.
+// FORMAT is one of the GPU_* ids of `GpuFormat` (src/quant/gpu_layout.rs), which
+// build.rs writes as WGSL constants: "formats.wgsl" is generated, not a file here.
 // Rows are walked in blocks of 32 values; a K-quant super-block is 8 such blocks
 // sharing 5 words of scales (d|dmin, then 16 sub-scale bytes).
 
-override FORMAT: u32 = 4u;
+#include "formats.wgsl"
+
+override FORMAT: u32 = GPU_Q4_1;
 // Palettes: rows sharing one table (f16 entries, two a word, in w_scales).
 override LUT_ROWS: u32 = 16u;
 
@@ -26,13 +28,13 @@ struct W8 {
 
 fn qs_words() -> u32 {
     switch FORMAT {
-        case 0u: { return 32u; }
-        case 1u: { return 16u; }
-        case 2u: { return 8u; }
-        case 14u: { return 6u; }
-        case 7u, 8u, 13u: { return 5u; }
-        case 11u: { return 3u; }
-        case 6u, 10u: { return 2u; }
+        case GPU_F32: { return 32u; }
+        case GPU_F16: { return 16u; }
+        case GPU_Q8_0: { return 8u; }
+        case GPU_Q6K: { return 6u; }
+        case GPU_Q5_0, GPU_Q5_1, GPU_Q5K: { return 5u; }
+        case GPU_Q3K: { return 3u; }
+        case GPU_PAL2, GPU_Q2K: { return 2u; }
         default: { return 4u; }
     }
 }
@@ -108,7 +110,7 @@ var<private> lut: array<f32, 16>;
 var<private> lut_group: u32 = 0xffffffffu;
 
 fn load_lut(row: u32) {
-    if FORMAT == 9u {
+    if FORMAT == GPU_IQ4NL {
         if lut_group != 0u {
             lut_group = 0u;
             lut = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
@@ -121,7 +123,7 @@ fn load_lut(row: u32) {
         return;
     }
     lut_group = g;
-    let words = select(2u, 8u, FORMAT == 5u);
+    let words = select(2u, 8u, FORMAT == GPU_PAL4);
     for (var i = 0u; i < words; i++) {
         let h = halves(w_scales[g * words + i]);
         lut[2u * i] = h.x;
@@ -136,7 +138,7 @@ fn pick(q: vec4<u32>) -> vec4<f32> {
     let b1 = (q & vec4<u32>(2u)) != vec4<u32>(0u);
     let lo = select(select(vec4<f32>(lut[0]), vec4<f32>(lut[1]), b0),
                     select(vec4<f32>(lut[2]), vec4<f32>(lut[3]), b0), b1);
-    if FORMAT == 6u {
+    if FORMAT == GPU_PAL2 {
         return lo;
     }
     let m1 = select(select(vec4<f32>(lut[4]), vec4<f32>(lut[5]), b0),
@@ -165,20 +167,20 @@ fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
     // Q2_K, Q3_K and Q6_K scale 16 values at a time: sub-scale 2j + part / 2.
     let s16 = 2u * j + part / 2u;
     switch FORMAT {
-        case 10u: {
+        case GPU_Q2K: {
             let sc = k_byte(sb, s16);
             let dl = dm.x * f32(sc & 15u);
             let ml = dm.y * f32(sc >> 4u);
             let q = crumbs8(base, part);
             return W8(q.a * dl - ml, q.b * dl - ml);
         }
-        case 11u: {
+        case GPU_Q3K: {
             let dl = dm.x * k_sbyte(sb, s16);
             let q = crumbs8(base, part);
             let h = bits8(w_qs[base + 2u], part * 8u);
             return W8((q.a + 4.0 * h.a - 4.0) * dl, (q.b + 4.0 * h.b - 4.0) * dl);
         }
-        case 14u: {
+        case GPU_Q6K: {
             let dl = dm.x * k_sbyte(sb, s16);
             let q = nibbles8(base, part);
             let h = crumbs8(base + 4u, part);
@@ -189,7 +191,7 @@ fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
             let d1 = dm.x * f32(k_byte(sb, j));
             let m1 = dm.y * f32(k_byte(sb, 8u + j));
             var q = nibbles8(base, part);
-            if FORMAT == 13u {
+            if FORMAT == GPU_Q5K {
                 let h = bits8(w_qs[base + 4u], part * 8u);
                 q = W8(q.a + 16.0 * h.a, q.b + 16.0 * h.b);
             }
@@ -203,15 +205,15 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
     let blk = row * nb + b;
     let base = blk * qs_words();
     switch FORMAT {
-        case 5u: {
+        case GPU_PAL4: {
             load_lut(row);
             return lut8(w_qs[base + part], 0u, 4u);
         }
-        case 6u: {
+        case GPU_PAL2: {
             load_lut(row);
             return lut8(w_qs[base + part / 2u], (part % 2u) * 16u, 2u);
         }
-        case 0u: {
+        case GPU_F32: {
             let o = base + part * 8u;
             return W8(
                 vec4<f32>(bitcast<f32>(w_qs[o]), bitcast<f32>(w_qs[o + 1u]),
@@ -219,43 +221,43 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
                 vec4<f32>(bitcast<f32>(w_qs[o + 4u]), bitcast<f32>(w_qs[o + 5u]),
                           bitcast<f32>(w_qs[o + 6u]), bitcast<f32>(w_qs[o + 7u])));
         }
-        case 1u: {
+        case GPU_F16: {
             let o = base + part * 4u;
             return W8(
                 vec4<f32>(halves(w_qs[o]), halves(w_qs[o + 1u])),
                 vec4<f32>(halves(w_qs[o + 2u]), halves(w_qs[o + 3u])));
         }
-        case 2u: {
+        case GPU_Q8_0: {
             let o = base + part * 2u;
             let d = half_scale(blk);
             return W8(bytes_i8(w_qs[o]) * d, bytes_i8(w_qs[o + 1u]) * d);
         }
-        case 7u, 8u: {
+        case GPU_Q5_0, GPU_Q5_1: {
             let q = nibbles8(base, part);
             let h = bits8(w_qs[base + 4u], part * 8u);
             let a = q.a + 16.0 * h.a;
             let b = q.b + 16.0 * h.b;
-            if FORMAT == 7u {
+            if FORMAT == GPU_Q5_0 {
                 let d = half_scale(blk);
                 return W8((a - 16.0) * d, (b - 16.0) * d);
             }
             let dm = halves(w_scales[blk]);
             return W8(a * dm.x + dm.y, b * dm.x + dm.y);
         }
-        case 9u: {
+        case GPU_IQ4NL: {
             load_lut(row);
             let o = base + (part % 2u) * 2u;
             let shift = select(0u, 4u, part >= 2u);
             let d = half_scale(blk);
             return W8(pick(nibbles_u(w_qs[o], shift)) * d, pick(nibbles_u(w_qs[o + 1u], shift)) * d);
         }
-        case 10u, 11u, 12u, 13u, 14u: {
+        case GPU_Q2K, GPU_Q3K, GPU_Q4K, GPU_Q5K, GPU_Q6K: {
             return k_quant8(blk, base, part);
         }
         default: {
             // Q4_0, Q4_1: byte j holds value j (low nibble) and j + 16 (high nibble).
             let q = nibbles8(base, part);
-            if FORMAT == 3u {
+            if FORMAT == GPU_Q4_0 {
                 let d = half_scale(blk);
                 return W8((q.a - 8.0) * d, (q.b - 8.0) * d);
             }

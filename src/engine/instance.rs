@@ -25,6 +25,7 @@ use crate::gpu::Gpu;
 use crate::guided::GrammarCache;
 use crate::model::Config;
 use crate::tokenizer::{Message, Tokenizer};
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -227,7 +228,9 @@ impl Engine {
         self.idle()?;
         let adapter = self.active_adapter();
         let (model, session) = self.gpu_parts()?;
-        let adapter = adapter.as_ref().and_then(|a| a.as_any().downcast_ref());
+        let adapter = adapter
+            .as_ref()
+            .and_then(|a| (a.as_ref() as &dyn Any).downcast_ref());
         session.decode_dispatch_counts(model, adapter)
     }
 
@@ -357,7 +360,7 @@ impl Engine {
 
     /// The GPU model (none on the CPU backend).
     pub fn gpu_model(&self) -> Option<&GpuModel> {
-        let gpu = self.body.as_any().downcast_ref::<GpuLoaded>();
+        let gpu = (self.body.as_ref() as &dyn Any).downcast_ref::<GpuLoaded>();
         gpu.map(|g| g.model.as_ref())
     }
 
@@ -371,7 +374,7 @@ impl Engine {
     }
 
     fn gpu_parts(&mut self) -> Result<(&GpuModel, &mut GpuSession)> {
-        match self.body.as_any_mut().downcast_mut::<GpuLoaded>() {
+        match (self.body.as_mut() as &mut dyn Any).downcast_mut::<GpuLoaded>() {
             Some(g) => Ok((&g.model, &mut g.session)),
             None => Err(not_gpu()),
         }
@@ -387,19 +390,7 @@ impl Engine {
     /// The model as a generate-loop backend with the active adapter (perplexity,
     /// benchmarks), refused while a reply runs.
     pub fn backend(&mut self) -> Result<AnyBackend<'_>> {
-        self.idle()?;
-        // Field by field (the body is borrowed mutably beside): `active_adapter`.
-        let adapter = self
-            .active
-            .as_deref()
-            .and_then(|n| self.adapters.get(n))
-            .or(self
-                .recovery
-                .as_ref()
-                .filter(|_| self.recovery_on)
-                .map(|r| &r.1))
-            .map(|a| a.as_ref());
-        Ok(self.body.backend(adapter))
+        Ok(self.backends()?.0)
     }
 
     /// As `backend`, with the draft model's backend when there is one
@@ -840,7 +831,7 @@ impl Engine {
     pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
         self.can_draft()?;
         same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
-        match draft.body.into_any().downcast::<CpuLoaded>() {
+        match (draft.body as Box<dyn Any>).downcast::<CpuLoaded>() {
             Ok(d) => {
                 self.draft = Some(d);
                 Ok(())

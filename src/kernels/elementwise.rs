@@ -1,4 +1,4 @@
-//! RMSNorm (`rmsnorm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`), the
+//! RMSNorm (`rms_norm.wgsl`), RoPE with optional per-head QK-norm (`rope.wgsl`), the
 //! gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU) and biases (`bias_add.wgsl`).
 //! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 

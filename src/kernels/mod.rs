@@ -1,7 +1,8 @@
 //! WGSL kernels: shader sources, the pipeline cache and one launcher per kernel, each
 //! beside the CPU reference it is tested against. Shapes are specialized with
-//! `override` constants; the only preprocessing is `#include` of the three shared
-//! files (the step uniform, weight and KV-cache decoding).
+//! `override` constants; the only preprocessing is build.rs's `#include` of the three
+//! shared files (the step uniform, weight and KV-cache decoding), and a kernel's
+//! bindings are read from its WGSL there too.
 
 pub mod attention;
 pub mod elementwise;
@@ -16,124 +17,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Shader {
-    MatmulGemv,
-    MatmulGemvSubgroup,
-    NormMatmulGemv,
-    AttentionDecodeFused,
-    MatmulGemm,
-    MatmulGemmRowwise,
-    MatmulNaive,
-    Embed,
-    RmsNorm,
-    Rope,
-    KvWrite,
-    AttentionDecode,
-    AttentionReduce,
-    AttentionPrefill,
-    Glu,
-    BiasAdd,
-    ShortConv,
-    TopK,
-    Penalty,
-    Choose,
-}
+// `Shader`: a variant per kernel file, its source and bindings (see build.rs).
+include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 
-/// How a kernel uses each binding, in binding order.
+/// How a kernel uses a binding (build.rs reads it from the WGSL declaration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Use {
     Uniform,
     Read,
     Write,
-}
-
-use Use::{Read as R, Uniform as U, Write as W};
-
-/// A kernel's source as `build.rs` wrote it (`shaders/` without comments).
-macro_rules! shader {
-    ($name:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/shaders/", $name))
-    };
-}
-
-impl Shader {
-    fn source(self) -> &'static str {
-        match self {
-            Shader::MatmulGemv => shader!("matmul_gemv.wgsl"),
-            Shader::MatmulGemvSubgroup => shader!("matmul_gemv_subgroup.wgsl"),
-            Shader::NormMatmulGemv => shader!("norm_matmul_gemv.wgsl"),
-            Shader::AttentionDecodeFused => {
-                shader!("attention_decode_fused.wgsl")
-            }
-            Shader::MatmulGemm => shader!("matmul_gemm.wgsl"),
-            Shader::MatmulGemmRowwise => shader!("matmul_gemm_rowwise.wgsl"),
-            Shader::MatmulNaive => shader!("matmul_naive.wgsl"),
-            Shader::Embed => shader!("embed.wgsl"),
-            Shader::RmsNorm => shader!("rmsnorm.wgsl"),
-            Shader::Rope => shader!("rope.wgsl"),
-            Shader::KvWrite => shader!("kv_write.wgsl"),
-            Shader::AttentionDecode => shader!("attention_decode.wgsl"),
-            Shader::AttentionReduce => shader!("attention_reduce.wgsl"),
-            Shader::AttentionPrefill => shader!("attention_prefill.wgsl"),
-            Shader::Glu => shader!("glu.wgsl"),
-            Shader::BiasAdd => shader!("bias_add.wgsl"),
-            Shader::ShortConv => shader!("short_conv.wgsl"),
-            Shader::TopK => shader!("topk.wgsl"),
-            Shader::Penalty => shader!("penalty.wgsl"),
-            Shader::Choose => shader!("choose.wgsl"),
-        }
-    }
-
-    fn bindings(self) -> &'static [Use] {
-        match self {
-            Shader::MatmulGemv
-            | Shader::MatmulGemvSubgroup
-            | Shader::MatmulGemm
-            | Shader::MatmulGemmRowwise
-            | Shader::Embed => &[U, R, R, R, W, U],
-            Shader::RmsNorm => &[U, R, R, W],
-            Shader::NormMatmulGemv => &[U, R, R, R, W, R, W, U],
-            // step, K, V, K scales, V scales (written: the new token), qkv, out, the
-            // RoPE table, the QK-norm weights (q's then k's).
-            Shader::AttentionDecodeFused => &[U, W, W, W, W, R, W, R, R],
-            Shader::MatmulNaive => &[R, R, R, W],
-            // step, the RoPE table, qkv, the QK-norm weights (q's then k's).
-            Shader::Rope => &[U, R, W, R],
-            // kv_cache.wgsl's four cache bindings are writable for every kernel that
-            // includes it (one declaration; the readers never write).
-            Shader::KvWrite => &[U, W, W, W, W, R],
-            Shader::AttentionDecode | Shader::AttentionPrefill => &[U, W, W, W, W, R, W],
-            Shader::AttentionReduce | Shader::Glu | Shader::BiasAdd => &[U, R, W],
-            // step, B|C|x rows, taps, the state ring, y.
-            Shader::ShortConv => &[U, R, R, W, W],
-            Shader::TopK => &[U, R, R, W, R],
-            // step, the penalized ids, the logits, the step's input token.
-            Shader::Penalty => &[U, R, W, R],
-            // step, top-k's candidates, the token buffer (its first id is written).
-            Shader::Choose => &[U, R, W],
-        }
-    }
-}
-
-/// Replaces `#include "name"` lines with the shared file of that name, after `prelude`
-/// (the `enable` directives the platform needs).
-pub fn preprocess(src: &str, prelude: &str) -> String {
-    let mut out = String::with_capacity(src.len() + 4096);
-    out.push_str(prelude);
-    for line in src.lines() {
-        match line.trim().strip_prefix("#include ") {
-            Some(name) => out.push_str(match name.trim_matches('"') {
-                "weights.wgsl" => shader!("weights.wgsl"),
-                "kv_cache.wgsl" => shader!("kv_cache.wgsl"),
-                "step.wgsl" => shader!("step.wgsl"),
-                other => panic!("unknown WGSL include {other}"),
-            }),
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
 }
 
 pub struct Pipe {
@@ -335,7 +227,9 @@ impl Kernels {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&format!("{shader:?}")),
-                source: wgpu::ShaderSource::Wgsl(preprocess(shader.source(), self.prelude).into()),
+                source: wgpu::ShaderSource::Wgsl(
+                    format!("{}{}", self.prelude, shader.source()).into(),
+                ),
             });
         let entries: Vec<wgpu::BindGroupLayoutEntry> = shader
             .bindings()
@@ -496,7 +390,7 @@ pub struct Step {
     pub pos0: u32,
     pub kv_len: u32,
     pub n_splits: u32,
-    /// Candidates `topk.wgsl` keeps (1 = greedy).
+    /// Candidates `top_k.wgsl` keeps (1 = greedy).
     pub top_k: u32,
     /// The repetition penalty `penalty.wgsl` applies (1 = none).
     pub penalty: f32,
@@ -509,7 +403,7 @@ pub struct Step {
     pub min_p: f32,
     /// The step's uniform draw in [0, 1), from the sampler's seeded generator.
     pub u: f32,
-    /// 1: `topk.wgsl` keeps only tokens whose bit is set in its mask (guided
+    /// 1: `top_k.wgsl` keeps only tokens whose bit is set in its mask (guided
     /// generation).
     pub masked: u32,
 }

@@ -1,5 +1,5 @@
 //! Sampling on the GPU, so decode reads back a few (id, logit) pairs or one chosen id
-//! instead of the logits: top-k selection (`topk.wgsl`, k = 1 is argmax), the
+//! instead of the logits: top-k selection (`top_k.wgsl`, k = 1 is argmax), the
 //! repetition penalty (`penalty.wgsl`) and the pick itself (`choose.wgsl`).
 //! CPU reference: `sampler`.
 

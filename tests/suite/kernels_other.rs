@@ -632,7 +632,7 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
     }
 }
 
-/// Guided generation's mask in `topk.wgsl`: only allowed tokens are candidates (as
+/// Guided generation's mask in `top_k.wgsl`: only allowed tokens are candidates (as
 /// the CPU filters them), fewer allowed than k leave filler that is dropped, and a
 /// mask shorter than the vocabulary allows nothing past it.
 #[test]

@@ -38,23 +38,23 @@ pub fn next_adapter_id() -> u64 {
 }
 
 /// A LoRA adapter as one backend holds it (uploaded to the GPU, or f32 for the CPU).
+/// The backend that made it reads it back as its own type (`&dyn Any`, by upcasting).
 pub trait LoadedAdapter: Any {
     /// Unique per upload: a KV cache is valid for one adapter only (0: none).
     fn id(&self) -> u64;
     fn bytes(&self) -> u64;
     fn rank(&self) -> usize;
-    /// For the backend that made it, to read it back as its own type.
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// A copy of a live KV cache, where its backend keeps it (`LoadedModel::snapshot`).
 pub trait KvSnapshot: Any {
     fn bytes(&self) -> u64;
-    fn as_any(&self) -> &dyn Any;
 }
 
-/// A model loaded on one backend with its conversation state (the live KV cache).
-pub trait LoadedModel {
+/// A model loaded on one backend with its conversation state (the live KV cache). As
+/// `dyn Any` (upcast) it is the backend's own type, for what only that backend offers
+/// (the GPU model to the bench, the CPU model as a draft).
+pub trait LoadedModel: Any {
     fn kind(&self) -> BackendKind;
     fn config(&self) -> &Config;
     /// The tokens the live KV cache holds and the adapter they were run with.
@@ -108,10 +108,4 @@ pub trait LoadedModel {
     fn gpu_bytes(&self) -> GpuBytes {
         GpuBytes::default()
     }
-
-    /// The backend's own type, for what only it offers (the GPU model to the bench,
-    /// the CPU model as a draft).
-    fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-    fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }

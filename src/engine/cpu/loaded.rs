@@ -34,17 +34,11 @@ impl LoadedAdapter for CpuAdapter {
     fn rank(&self) -> usize {
         self.adapter.rank
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl KvSnapshot for CpuSnapshot {
     fn bytes(&self) -> u64 {
         CpuSnapshot::bytes(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -70,7 +64,7 @@ impl LoadedModel for CpuLoaded {
     fn backend<'a>(&'a mut self, adapter: Option<&'a dyn LoadedAdapter>) -> AnyBackend<'a> {
         // An adapter another backend made is none of this one's (`upload` made ours).
         let lora = adapter
-            .and_then(|a| a.as_any().downcast_ref::<CpuAdapter>())
+            .and_then(|a| (a as &dyn Any).downcast_ref::<CpuAdapter>())
             .map(|a| (a.id, &a.adapter));
         Box::new(CpuBackend::new(&self.model, &mut self.state, lora))
     }
@@ -82,8 +76,7 @@ impl LoadedModel for CpuLoaded {
         Ok(Box::new(self.state.snapshot()))
     }
     fn restore(&mut self, s: &dyn KvSnapshot, tokens: &[u32], adapter: u64) -> Result<()> {
-        let s = s
-            .as_any()
+        let s = (s as &dyn Any)
             .downcast_ref()
             .ok_or_else(|| Error::internal("a snapshot of another backend (a bug in Pippin)"))?;
         self.state.restore(s, tokens, adapter);
@@ -116,14 +109,5 @@ impl LoadedModel for CpuLoaded {
     }
     fn kv_bytes(&self) -> u64 {
         self.state.kv_bytes()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
     }
 }

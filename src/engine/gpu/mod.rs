@@ -35,17 +35,11 @@ impl LoadedAdapter for GpuAdapter {
     fn rank(&self) -> usize {
         self.rank
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 impl KvSnapshot for GpuSnapshot {
     fn bytes(&self) -> u64 {
         GpuSnapshot::bytes(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -75,7 +69,7 @@ impl LoadedModel for GpuLoaded {
     }
     fn backend<'a>(&'a mut self, adapter: Option<&'a dyn LoadedAdapter>) -> AnyBackend<'a> {
         // An adapter another backend made is none of this one's (`upload` made ours).
-        let adapter = adapter.and_then(|a| a.as_any().downcast_ref::<GpuAdapter>());
+        let adapter = adapter.and_then(|a| (a as &dyn Any).downcast_ref::<GpuAdapter>());
         Box::new(GpuBackend::with_adapter(
             &self.model,
             &mut self.session,
@@ -95,8 +89,7 @@ impl LoadedModel for GpuLoaded {
         Ok(Box::new(self.session.snapshot(&self.model.gpu)?))
     }
     fn restore(&mut self, s: &dyn KvSnapshot, tokens: &[u32], adapter: u64) -> Result<()> {
-        let s = s
-            .as_any()
+        let s = (s as &dyn Any)
             .downcast_ref()
             .ok_or_else(|| foreign("a snapshot"))?;
         self.session.restore(&self.model.gpu, s, tokens, adapter)
@@ -124,14 +117,5 @@ impl LoadedModel for GpuLoaded {
             scratch: self.session.scratch_bytes(),
             adapters: 0,
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any> {
-        self
     }
 }

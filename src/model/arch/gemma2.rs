@@ -18,10 +18,6 @@ impl Family for Gemma2 {
         "gemma2"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/gemma2.rs"
-    }
-
     fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         if c.n_layers == LAYERS_27B {
             c.attn_scale = ((c.hidden / c.n_heads) as f32).powf(-0.5);

@@ -13,10 +13,6 @@ impl Family for Gemma3 {
         "gemma3"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/gemma3.rs"
-    }
-
     fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         // Queries are scaled by query_pre_attn_scalar^-½, which Gemma 3's checkpoints
         // set to the head dimension (llama.cpp does the same).

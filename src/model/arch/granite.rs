@@ -13,10 +13,6 @@ impl Family for Granite {
         "granite"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/granite.rs"
-    }
-
     fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         // llama.cpp requires logit_scale and defaults the others to "no multiplier".
         k.require("logit_scale")?;

@@ -18,10 +18,6 @@ impl Family for Lfm2 {
         "lfm2"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/lfm2.rs"
-    }
-
     fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         let kv = k
             .per_layer("attention.head_count_kv", c.n_layers)?

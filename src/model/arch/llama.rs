@@ -10,8 +10,4 @@ impl Family for Llama {
     fn name(&self) -> &'static str {
         "llama"
     }
-
-    fn module(&self) -> &'static str {
-        "src/model/arch/llama.rs"
-    }
 }

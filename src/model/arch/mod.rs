@@ -103,8 +103,11 @@ pub trait Family: Sync {
     /// `general.architecture`, and the prefix of the family's keys.
     fn name(&self) -> &'static str;
 
-    /// The source file that describes it (`pippin info` names it).
-    fn module(&self) -> &'static str;
+    /// The source file that describes it (`pippin info` names it): each family's
+    /// module is named as its architecture.
+    fn module(&self) -> String {
+        format!("src/model/arch/{}.rs", self.name())
+    }
 
     /// The model's shape and block from the file's keys: `c` comes as `Keys::base`
     /// reads it (the keys every family shares, llama's block), and the family sets

@@ -20,10 +20,6 @@ impl Family for Phi3 {
         "phi3"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/phi3.rs"
-    }
-
     fn config(&self, k: &Keys, c: &mut Config) -> Result<()> {
         let long_rope = k.has_tensor(GlobalTensor::RopeFactorsShort);
         if let Some(original) = k.opt_int("rope.scaling.original_context_length")? {

@@ -13,10 +13,6 @@ impl Family for Qwen2 {
         "qwen2"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/qwen2.rs"
-    }
-
     fn config(&self, _k: &Keys, c: &mut Config) -> Result<()> {
         c.rope_style = RopeStyle::HalfSplit;
         // Every Qwen2 checkpoint has them; without, this would be another family.

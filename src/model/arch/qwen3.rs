@@ -12,10 +12,6 @@ impl Family for Qwen3 {
         "qwen3"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/qwen3.rs"
-    }
-
     fn config(&self, _k: &Keys, c: &mut Config) -> Result<()> {
         c.rope_style = RopeStyle::HalfSplit;
         c.qk_norm = true;

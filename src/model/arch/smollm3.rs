@@ -15,10 +15,6 @@ impl Family for Smollm3 {
         "smollm3"
     }
 
-    fn module(&self) -> &'static str {
-        "src/model/arch/smollm3.rs"
-    }
-
     fn block(&self, c: &Config, l: usize) -> Block {
         let rope = Block::standard(c, l).rope;
         Block {
