@@ -7,7 +7,7 @@ use pippin::gpu::{Caps, Gpu};
 use pippin::kernels::attention::{self, LayerCache};
 use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use pippin::kernels::short_conv::{self, ConvIo};
-use pippin::kernels::{elementwise, sample, Kernels, Step, Tuning};
+use pippin::kernels::{elementwise, sample, Kernels, Pass, Step, Tuning};
 use pippin::model::reference::{self, AttnShape};
 use pippin::model::short_conv::ConvState;
 use pippin::model::{Activation, Arch, Config, RopeStyle};
@@ -44,11 +44,11 @@ async fn ctx() -> Ctx {
 }
 
 impl Ctx {
-    fn run(&self, f: impl FnOnce(&mut wgpu::ComputePass)) {
+    fn run(&self, f: impl FnOnce(&mut Pass)) {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            f(&mut pass);
+            f(&mut Pass::new(&mut pass));
         }
         self.gpu.queue.submit([enc.finish()]);
     }

@@ -141,9 +141,7 @@ impl Source {
     }
 
     fn read_f32(&mut self, g: &Gguf, t: &TensorInfo) -> Result<Vec<f32>> {
-        let bytes = self.read(g, t)?;
-        quant::dequantize(t.ty, &bytes, t.n_elements as usize)
-            .map_err(|e| Error::unsupported(format!("tensor {:?}: {e}", t.name)))
+        quant::dequantize_tensor(t, &self.read(g, t)?)
     }
 }
 

@@ -6,16 +6,17 @@
 mod reader;
 pub mod split;
 mod stream;
+mod types;
 mod value;
 mod writer;
 
 pub use reader::{read_header, read_header_prefix, MAX_ARRAY, MAX_STRING, MAX_TENSORS};
 pub use stream::{read_streamed_header, ByteSource, Progress, ReadSource, Window};
+pub use types::GgmlType;
 pub use value::{type_id, Array, Value};
 pub use writer::Writer;
 
 use crate::error::{Error, Result};
-use crate::quant::{self, GgmlType};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -183,15 +184,6 @@ impl Gguf {
     /// Reads one tensor's raw bytes from a seekable file, or a split model's files.
     pub fn read_tensor<R: TensorReader>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<u8>> {
         r.read_tensor_of(self, t)
-    }
-
-    /// Reads and dequantizes one tensor to f32.
-    pub fn read_f32<R: TensorReader>(&self, r: &mut R, t: &TensorInfo) -> Result<Vec<f32>> {
-        let n = usize::try_from(t.n_elements)
-            .map_err(|_| Error::unsupported(format!("tensor {:?} is too large", t.name)))?;
-        let bytes = self.read_tensor(r, t)?;
-        quant::dequantize(t.ty, &bytes, n)
-            .map_err(|e| Error::unsupported(format!("tensor {:?}: {e}", t.name)))
     }
 }
 

@@ -5,9 +5,9 @@
 //! allocated: a hostile file gets an `Error`, never a panic, a hang or a huge buffer.
 
 use super::value::{type_id, Array, Value};
+use super::GgmlType;
 use super::{Gguf, Metadata, TensorInfo};
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::io::Read;

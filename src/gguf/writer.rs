@@ -2,8 +2,8 @@
 //! deliberately broken models.
 
 use super::value::{Array, Value};
+use super::GgmlType;
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
 use std::io::Write;
 
 #[derive(Default)]

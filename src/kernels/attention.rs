@@ -6,6 +6,7 @@
 //! CPU reference: `model::reference::{rmsnorm, rope}`, `quant::kv::round_trip`, then
 //! `model::reference::attention`.
 
+use super::Pass;
 use super::{Groups, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -171,7 +172,7 @@ fn qkv_stride(c: &Config) -> usize {
 #[allow(clippy::too_many_arguments)]
 pub fn kv_write(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     c: &Config,
     format: KvFormat,
@@ -236,7 +237,7 @@ fn prefill_queries(c: &Config) -> u32 {
 #[allow(clippy::too_many_arguments)]
 pub fn decode(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     c: &Config,
     format: KvFormat,
@@ -275,7 +276,7 @@ pub fn decode(
 #[allow(clippy::too_many_arguments)]
 pub fn decode_fused(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     c: &Config,
     format: KvFormat,
@@ -312,7 +313,7 @@ pub fn decode_fused(
 #[allow(clippy::too_many_arguments)]
 pub fn prefill(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     c: &Config,
     format: KvFormat,

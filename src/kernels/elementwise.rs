@@ -2,6 +2,7 @@
 //! gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU) and biases (`bias_add.wgsl`).
 //! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 
+use super::Pass;
 use super::{grid, Kernels, Shader};
 use crate::error::Result;
 use crate::model::{Activation, Config, RopeStyle};
@@ -19,7 +20,7 @@ pub struct NormOut {
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     w: &wgpu::Buffer,
     x: &wgpu::Buffer,
@@ -68,7 +69,7 @@ pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     c: &Config,
     table: &wgpu::Buffer,
@@ -100,7 +101,7 @@ pub fn rope(
 #[allow(clippy::too_many_arguments)]
 pub fn bias_add(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     bias: &wgpu::Buffer,
     y: &wgpu::Buffer,
@@ -130,7 +131,7 @@ pub fn rope_constants(c: &Config, rotate: bool) -> [(&'static str, f64); 3] {
 #[allow(clippy::too_many_arguments)]
 pub fn glu(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     act: Activation,
     gu: &wgpu::Buffer,

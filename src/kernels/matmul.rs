@@ -2,6 +2,7 @@
 //! and the embedding gather (`embed.wgsl`), over weights packed by
 //! `quant::gpu_layout`. CPU reference: dequantize, then `model::reference::matmul`.
 
+use super::Pass;
 use super::{grid, Kernels, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -387,7 +388,7 @@ fn token_constants(io: &Io, n_tokens: usize) -> Result<[(&'static str, f64); 3]>
 /// when the tuning says so, else the workgroup-memory reduction.
 pub fn gemv(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
@@ -450,7 +451,7 @@ pub struct NormIn<'a> {
 /// (both halves of a row pair are read).
 pub fn norm_gemv(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
@@ -519,7 +520,7 @@ pub fn norm_gemv(
 /// The benchmark's baseline: one thread per row (token 0 only).
 pub fn naive(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     m: &GpuMatrix,
     x: &wgpu::Buffer,
     y: &wgpu::Buffer,
@@ -567,7 +568,7 @@ fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 9] {
 /// `n_tokens` tokens, one thread per row and 8 tokens (software adapters).
 pub fn gemm_rowwise(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
@@ -586,7 +587,7 @@ pub fn gemm_rowwise(
 /// `n_tokens` tokens through the tiled GEMM.
 pub fn gemm(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
@@ -609,7 +610,7 @@ pub fn gemm(
 /// GEMM (of the tuning's kind) for more.
 pub fn matmul(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
@@ -628,7 +629,7 @@ pub fn matmul(
 #[allow(clippy::too_many_arguments)]
 pub fn embed(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     table: &GpuMatrix,
     tokens: &wgpu::Buffer,

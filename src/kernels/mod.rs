@@ -91,6 +91,21 @@ struct Recorded {
     groups: Groups,
 }
 
+/// A compute pass being encoded, and the plan its dispatches are also kept in while
+/// one is recorded (`Kernels::record`): launchers take this, so what records a plan is
+/// passed down with the pass, never looked up.
+pub struct Pass<'a, 'e> {
+    inner: &'a mut wgpu::ComputePass<'e>,
+    plan: Option<&'a mut Vec<Recorded>>,
+}
+
+impl<'a, 'e> Pass<'a, 'e> {
+    /// Dispatches into `inner`, recording none.
+    pub fn new(inner: &'a mut wgpu::ComputePass<'e>) -> Self {
+        Pass { inner, plan: None }
+    }
+}
+
 /// Dispatches recorded once and replayed: a decode step sets a pipeline and a bind
 /// group per dispatch and creates nothing.
 #[derive(Clone, Default)]
@@ -106,8 +121,12 @@ impl Plan {
         pass: &mut wgpu::ComputePass,
         n_splits: u32,
         range: std::ops::Range<usize>,
-    ) {
-        for r in self.steps.get(range).unwrap_or_default() {
+    ) -> Result<()> {
+        let n = self.steps.len();
+        let steps = self.steps.get(range.clone()).ok_or_else(|| {
+            Error::internal(format!("dispatches {range:?} of a plan of {n} replayed"))
+        })?;
+        for r in steps {
             let [x, y, z] = match r.groups {
                 Groups::Fixed(g) => g,
                 Groups::Splits(x) => [x, n_splits.max(1), 1],
@@ -116,6 +135,7 @@ impl Plan {
             pass.set_bind_group(0, &r.bind_group, &[]);
             pass.dispatch_workgroups(x, y, z);
         }
+        Ok(())
     }
 
     /// This plan, then `next`'s dispatches.
@@ -140,10 +160,6 @@ pub struct Kernels {
     device: wgpu::Device,
     modules: Mutex<HashMap<Shader, Arc<Module>>>,
     pipes: Mutex<HashMap<PipeKey, Arc<Pipe>>>,
-    /// Where dispatches also go while a plan is being recorded, by the thread that
-    /// records it: sessions sharing a model on other threads keep their own
-    /// dispatches out of it.
-    recording: Mutex<HashMap<std::thread::ThreadId, Vec<Recorded>>>,
     /// The device's count of created objects (see `Gpu::created`).
     created: Arc<AtomicU64>,
 }
@@ -181,7 +197,6 @@ impl Kernels {
             device: gpu.device.clone(),
             modules: Default::default(),
             pipes: Default::default(),
-            recording: Default::default(),
             created: gpu.created.clone(),
         }
     }
@@ -197,22 +212,15 @@ impl Kernels {
 
     /// Runs `f`, which encodes dispatches into a pass, and keeps them as a `Plan`. The
     /// pass `f` gets is a throwaway one (its commands are never submitted).
-    pub fn record(&self, f: impl FnOnce(&mut wgpu::ComputePass) -> Result<()>) -> Result<Plan> {
-        let poisoned = |_| Error::gpu("kernel cache poisoned");
-        let me = std::thread::current().id();
-        self.recording
-            .lock()
-            .map_err(poisoned)?
-            .insert(me, Vec::new());
+    pub fn record(&self, f: impl FnOnce(&mut Pass) -> Result<()>) -> Result<Plan> {
         let mut enc = self.device.create_command_encoder(&Default::default());
-        let result = {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            f(&mut pass)
-        };
-        let steps = self.recording.lock().map_err(poisoned)?.remove(&me);
-        result.map(|()| Plan {
-            steps: steps.unwrap_or_default(),
-        })
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        let mut steps = Vec::new();
+        f(&mut Pass {
+            inner: &mut pass,
+            plan: Some(&mut steps),
+        })?;
+        Ok(Plan { steps })
     }
 
     fn module(&self, shader: Shader) -> Result<Arc<Module>> {
@@ -317,7 +325,7 @@ impl Kernels {
     /// Records one dispatch: binding i is `buffers[i]`.
     pub fn dispatch(
         &self,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         pipe: &Pipe,
         buffers: &[&wgpu::Buffer],
         groups: [u32; 3],
@@ -329,7 +337,7 @@ impl Kernels {
     /// now).
     pub fn dispatch_groups(
         &self,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         pipe: &Pipe,
         buffers: &[&wgpu::Buffer],
         groups: Groups,
@@ -349,25 +357,20 @@ impl Kernels {
             entries: &entries,
         });
         self.count(1);
-        if let Ok(mut rec) = self.recording.lock() {
-            let mine = (!rec.is_empty())
-                .then(|| rec.get_mut(&std::thread::current().id()))
-                .flatten();
-            if let Some(steps) = mine {
-                steps.push(Recorded {
-                    pipeline: pipe.pipeline.clone(),
-                    bind_group: bg.clone(),
-                    groups,
-                });
-            }
+        if let Some(plan) = pass.plan.as_deref_mut() {
+            plan.push(Recorded {
+                pipeline: pipe.pipeline.clone(),
+                bind_group: bg.clone(),
+                groups,
+            });
         }
         let [x, _, z] = match groups {
             Groups::Fixed(g) => g,
             Groups::Splits(x) => [x, 1, 1],
         };
-        pass.set_pipeline(&pipe.pipeline);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(x, y, z);
+        pass.inner.set_pipeline(&pipe.pipeline);
+        pass.inner.set_bind_group(0, &bg, &[]);
+        pass.inner.dispatch_workgroups(x, y, z);
     }
 }
 

@@ -3,6 +3,7 @@
 //! repetition penalty (`penalty.wgsl`) and the pick itself (`choose.wgsl`).
 //! CPU reference: `sampler`.
 
+use super::Pass;
 use super::{Kernels, Shader};
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -71,7 +72,7 @@ impl TopK {
     pub fn encode(
         &self,
         k: &Kernels,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         step: &wgpu::Buffer,
         logits: &wgpu::Buffer,
     ) -> Result<()> {
@@ -134,7 +135,7 @@ pub fn decode_pairs(bytes: &[u8], vocab: usize) -> Vec<(u32, f32)> {
 /// penalized too unless listed.
 pub fn penalty(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     logits: &wgpu::Buffer,
@@ -151,7 +152,7 @@ impl TopK {
     pub fn choose(
         &self,
         k: &Kernels,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         step: &wgpu::Buffer,
         tokens: &wgpu::Buffer,
     ) -> Result<()> {

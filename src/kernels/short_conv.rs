@@ -1,6 +1,7 @@
 //! LFM2's gated short convolution (`short_conv.wgsl`) over a step's tokens, with the
 //! layer's state in a ring of B ⊙ x rows. CPU reference: `model::short_conv::ConvState::gated`.
 
+use super::Pass;
 use super::{grid, Kernels, Shader};
 use crate::error::Result;
 
@@ -22,7 +23,7 @@ pub struct ConvIo<'a> {
 /// state read for earlier positions and written for these.
 pub fn short_conv(
     k: &Kernels,
-    pass: &mut wgpu::ComputePass,
+    pass: &mut Pass,
     step: &wgpu::Buffer,
     hidden: usize,
     taps: usize,

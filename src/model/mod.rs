@@ -3,6 +3,7 @@
 pub mod arch;
 mod config;
 pub mod linear;
+pub mod lora;
 mod proj;
 pub mod reference;
 pub mod short_conv;

@@ -4,10 +4,10 @@
 use super::arch::{Block, Mixer};
 use super::config::{Activation, Config, RopeStyle};
 use super::linear::Linear;
+use super::lora::Adapter;
 use super::short_conv::ConvState;
 use super::weights::{Layer, Weights};
 use super::Proj;
-use crate::adapters::Adapter;
 use crate::error::{Error, Result};
 use crate::par::*;
 use std::ops::Range;

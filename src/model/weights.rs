@@ -117,7 +117,7 @@ impl Stored<'_> {
         s: &TensorSpec,
     ) -> Result<Vec<f32>> {
         match *self {
-            Stored::Plain(ref t) => g.read_f32(r, t),
+            Stored::Plain(ref t) => crate::quant::dequantize_tensor(t, &g.read_tensor(r, t)?),
             Stored::Palette {
                 idx,
                 lut,
@@ -477,6 +477,6 @@ pub fn decodable(t: &TensorInfo) -> Result<()> {
         "tensor {:?} has type {}, which Pippin cannot decode (supported: {})",
         t.name,
         t.ty,
-        crate::quant::DECODABLE
+        crate::quant::GgmlType::decodable()
     )))
 }

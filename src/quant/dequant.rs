@@ -12,6 +12,13 @@ use pippin_cpu_kernels::ggml::*;
 // Where the rest of the engine looks for them.
 pub use pippin_cpu_kernels::ggml::{k4_scale_min, q3_k_scales, IQ4_NL_LEVELS};
 
+/// A GGUF tensor's bytes decoded to f32 (an error names the tensor).
+pub fn dequantize_tensor(t: &crate::gguf::TensorInfo, bytes: &[u8]) -> Result<Vec<f32>> {
+    let n = usize::try_from(t.n_elements)
+        .map_err(|_| Error::unsupported(format!("tensor {:?} is too large", t.name)))?;
+    dequantize(t.ty, bytes, n).map_err(|e| Error::unsupported(format!("tensor {:?}: {e}", t.name)))
+}
+
 /// Dequantizes `data` (whole blocks of type `ty`) into `out`, which must hold exactly
 /// the number of elements the data encodes.
 pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
@@ -48,7 +55,7 @@ pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()>
         other => {
             return Err(Error::unsupported(format!(
                 "tensor type {other} cannot be decoded (supported: {})",
-                super::DECODABLE
+                super::GgmlType::decodable()
             )))
         }
     }

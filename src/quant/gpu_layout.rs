@@ -253,7 +253,7 @@ pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
         other => {
             return Err(Error::unsupported(format!(
                 "tensor type {other} has no GPU kernel (supported: {})",
-                super::DECODABLE
+                super::GgmlType::decodable()
             )))
         }
     })

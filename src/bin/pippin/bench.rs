@@ -13,7 +13,7 @@ use pippin::model::Activation;
 /// Whether a matrix runs with its norm folded in, and with which gated activation.
 type Glu = Option<Activation>;
 use pippin::kernels::stacked::Stacked;
-use pippin::kernels::Step;
+use pippin::kernels::{Pass, Step};
 use pippin::Result;
 use web_time::Instant;
 
@@ -40,16 +40,13 @@ impl KernelRow {
 }
 
 /// Runs `f` (which records kernels) `reps` times in one submission; ms per repetition.
-fn time(
-    m: &GpuModel,
-    reps: usize,
-    f: &dyn Fn(&mut wgpu::ComputePass) -> Result<()>,
-) -> Result<f64> {
+fn time(m: &GpuModel, reps: usize, f: &dyn Fn(&mut Pass) -> Result<()>) -> Result<f64> {
     let g = &m.gpu;
     let run = |n: usize| -> Result<f64> {
         let mut enc = g.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
+            let mut pass = Pass::new(&mut pass);
             for _ in 0..n {
                 f(&mut pass)?;
             }

@@ -137,8 +137,9 @@ impl Palettes {
         if !(self.indices.contains_key(&s.name) && self.tables.contains_key(&s.name)) {
             return Ok(None);
         }
-        let (idx, bits, rows_per_lut) = self.indices.remove(&s.name).unwrap_or_default();
-        let lut = self.tables.remove(&s.name).unwrap_or_default();
+        let missing = || Error::internal(format!("{}: a palette's half went missing", s.name));
+        let (idx, bits, rows_per_lut) = self.indices.remove(&s.name).ok_or_else(missing)?;
+        let lut = self.tables.remove(&s.name).ok_or_else(missing)?;
         let packed = gpu_layout::pack_palette_bytes(bits, rows_per_lut, &idx, &lut)?;
         let m = GpuMatrix::from_packed(gpu, &s.name, packed, s.rows, s.cols)?;
         Ok(Some((s.name.clone(), Uploaded::Matrix(m))))

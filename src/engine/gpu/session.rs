@@ -11,6 +11,7 @@ use crate::kernels::attention::{self, LayerCache};
 use crate::kernels::elementwise::{self, NormOut};
 use crate::kernels::matmul::{self, Io};
 use crate::kernels::sample::{self, TopK};
+use crate::kernels::Pass;
 use crate::kernels::{Plan, Step};
 use std::collections::HashMap;
 
@@ -463,7 +464,8 @@ impl GpuSession {
             let (n, pos0) = self.upload_step(g, part, None, false);
             let mut enc = g.device.create_command_encoder(&Default::default());
             {
-                let mut pass = enc.begin_compute_pass(&Default::default());
+                let mut inner = enc.begin_compute_pass(&Default::default());
+                let mut pass = Pass::new(&mut inner);
                 self.encode_layers(m, adapter, &mut pass, n, pos0)?;
                 let (k, b) = (&m.kernels, &self.b);
                 elementwise::rmsnorm(
@@ -540,7 +542,7 @@ impl GpuSession {
         let (plan, len) = self.check_plan(m, adapter, n)?;
         let mut enc = g.device.create_command_encoder(&Default::default());
         let mut pass = enc.begin_compute_pass(&Default::default());
-        plan.replay_range(&mut pass, 1, 0..len);
+        plan.replay_range(&mut pass, 1, 0..len)?;
         drop(pass);
         let row = m.config.vocab_size;
         let bytes = (n * row * 4) as u64;
@@ -623,11 +625,12 @@ impl GpuSession {
                 Part::Pick => body..plan.len(),
             };
             let mut pass = enc.begin_compute_pass(&Default::default());
-            plan.replay_range(&mut pass, splits, range);
+            plan.replay_range(&mut pass, splits, range)?;
             drop(pass);
             return Ok(enc);
         }
-        let mut pass = enc.begin_compute_pass(&Default::default());
+        let mut inner = enc.begin_compute_pass(&Default::default());
+        let mut pass = Pass::new(&mut inner);
         if part != Part::Pick {
             self.encode_layers(m, adapter, &mut pass, n, pos0)?;
             if want.is_some() {
@@ -637,12 +640,12 @@ impl GpuSession {
         if part != Part::Body && picks {
             self.encode_pick(m, &mut pass)?;
         }
-        drop(pass);
+        drop(inner);
         Ok(enc)
     }
 
     /// Top-k of the logits, then the pick into the token buffer (`choose.wgsl`).
-    fn encode_pick(&self, m: &GpuModel, pass: &mut wgpu::ComputePass) -> Result<()> {
+    fn encode_pick(&self, m: &GpuModel, pass: &mut Pass) -> Result<()> {
         let (k, b) = (&m.kernels, &self.b);
         self.topk.encode(k, pass, &b.step, &b.logits)?;
         self.topk.choose(k, pass, &b.step, &b.tokens)

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use pippin::gpu::{Caps, Gpu};
-use pippin::kernels::{Kernels, Step};
+use pippin::kernels::{Kernels, Pass, Step};
 use std::sync::OnceLock;
 
 pub struct Ctx {
@@ -38,11 +38,11 @@ impl Ctx {
     }
 
     /// Records kernels with `f` in one pass, submits, and waits.
-    pub fn run(&self, f: impl FnOnce(&mut wgpu::ComputePass)) {
+    pub fn run(&self, f: impl FnOnce(&mut Pass)) {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            f(&mut pass);
+            f(&mut Pass::new(&mut pass));
         }
         self.gpu.queue.submit([enc.finish()]);
     }

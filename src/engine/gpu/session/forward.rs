@@ -12,6 +12,7 @@ use crate::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use crate::kernels::sample;
 use crate::kernels::short_conv::{self, ConvIo};
 use crate::kernels::stacked::Stacked;
+use crate::kernels::Pass;
 use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
 
@@ -28,7 +29,7 @@ impl GpuSession {
     fn project(
         &self,
         m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         w: &GpuMatrix,
         lora: Option<&GpuLora>,
         io: &Io,
@@ -42,14 +43,7 @@ impl GpuSession {
     }
 
     /// y += B·(A·x): a LoRA update onto what `io` describes (its `accumulate` ignored).
-    fn lora(
-        &self,
-        m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
-        l: &GpuLora,
-        io: &Io,
-        n: usize,
-    ) -> Result<()> {
+    fn lora(&self, m: &GpuModel, pass: &mut Pass, l: &GpuLora, io: &Io, n: usize) -> Result<()> {
         let (k, step, t) = (&m.kernels, &self.b.step, &self.b.lora_t);
         let a_io = Io {
             x: io.x,
@@ -80,7 +74,7 @@ impl GpuSession {
     fn normed_matmul(
         &self,
         m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         mats: &Stacked,
         norm_w: &wgpu::Buffer,
         glu: Option<Activation>,
@@ -137,7 +131,7 @@ impl GpuSession {
         &self,
         m: &GpuModel,
         adapter: Option<&GpuAdapter>,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         n: usize,
         pos0: usize,
     ) -> Result<()> {
@@ -179,7 +173,7 @@ impl GpuSession {
     fn finish_residual(
         &self,
         m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         post: Option<&wgpu::Buffer>,
         n: usize,
     ) -> Result<()> {
@@ -202,7 +196,7 @@ impl GpuSession {
         m: &GpuModel,
         l: usize,
         lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         n: usize,
         pos0: usize,
     ) -> Result<()> {
@@ -287,7 +281,7 @@ impl GpuSession {
         l: usize,
         taps: &wgpu::Buffer,
         lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         n: usize,
     ) -> Result<()> {
         let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
@@ -331,7 +325,7 @@ impl GpuSession {
         m: &GpuModel,
         l: usize,
         lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         n: usize,
     ) -> Result<()> {
         let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
@@ -395,7 +389,7 @@ impl GpuSession {
     pub(super) fn encode_head(
         &self,
         m: &GpuModel,
-        pass: &mut wgpu::ComputePass,
+        pass: &mut Pass,
         n: usize,
         all: bool,
     ) -> Result<()> {
