@@ -34,20 +34,9 @@ fn magnitude(w: &[f32], x: &[f32]) -> f32 {
 
 #[wasm_bindgen_test]
 fn simd_integer_dots_equal_the_plain_loops() {
-    let formats = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Iq4Nl,
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-    ];
-    for (i, ty) in formats.into_iter().enumerate() {
+    // Every format with an integer dot product.
+    let formats = GgmlType::ALL.iter().copied().filter(|t| has_int_dot(*t));
+    for (i, ty) in formats.enumerate() {
         assert!(has_int_dot(ty));
         // One block, a few, and a row of the default model's width; K-quants in
         // super-blocks of 256.

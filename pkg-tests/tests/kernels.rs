@@ -4,7 +4,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use pippin::gpu::{Caps, Gpu};
-use pippin::kernels::attention::{self, LayerCache};
+use pippin::kernels::attention::{self, CacheIo, LayerCache};
 use pippin::kernels::matmul::{self, GpuMatrix, Io, NormIn};
 use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{elementwise, sample, Kernels, Pass, Step, Tuning};
@@ -314,7 +314,13 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
         let rows = c.buf(&qkv[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
         c.run(|p| {
-            attention::kv_write(&c.k, p, &step, cfg, KvFormat::Int8, &rows, &cache, n).unwrap()
+            attention::kv_write(
+                &c.k,
+                p,
+                &cache_io(&step, cfg, KvFormat::Int8, &rows, &cache),
+                n,
+            )
+            .unwrap()
         });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
@@ -328,16 +334,20 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
     c.run(|p| {
         if t == 1 {
             let f = KvFormat::Int8;
-            attention::decode(&c.k, p, &step, cfg, f, &q_rows, &cache, &part, &out, kv_len).unwrap()
+            attention::decode(
+                &c.k,
+                p,
+                &cache_io(&step, cfg, f, &q_rows, &cache),
+                &part,
+                &out,
+                kv_len,
+            )
+            .unwrap()
         } else {
             attention::prefill(
                 &c.k,
                 p,
-                &step,
-                cfg,
-                KvFormat::Int8,
-                &q_rows,
-                &cache,
+                &cache_io(&step, cfg, KvFormat::Int8, &q_rows, &cache),
                 &out,
                 t,
             )
@@ -622,7 +632,9 @@ async fn fused_case(
         let n = (prefix - p0).min(16);
         let b = c.buf(&rows[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
-        c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &b, &cache, n).unwrap());
+        c.run(|p| {
+            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &b, &cache), n).unwrap()
+        });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
     let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
@@ -631,7 +643,15 @@ async fn fused_case(
     c.run(|p| {
         let qk = qk_norm.then_some(&norms);
         let (t, r) = (&table, rotate);
-        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, t, r, qk, &out).unwrap()
+        attention::decode_fused(
+            &c.k,
+            p,
+            &cache_io(&step, cfg, format, &last, &cache),
+            (t, r),
+            qk,
+            &out,
+        )
+        .unwrap()
     });
     let (mut k, mut v) = (vec![], vec![]);
     for row in rows.chunks(stride) {
@@ -654,4 +674,21 @@ async fn fused_case(
         d < tol,
         "head dim {hd} window {window} kv_len {kv_len} {format:?}: {d}"
     );
+}
+
+/// Bindings 0–5 of the kernels over one layer's KV cache.
+fn cache_io<'a>(
+    step: &'a wgpu::Buffer,
+    c: &'a Config,
+    format: KvFormat,
+    qkv: &'a wgpu::Buffer,
+    cache: &'a LayerCache,
+) -> CacheIo<'a> {
+    CacheIo {
+        step,
+        c,
+        format,
+        qkv,
+        cache,
+    }
 }

@@ -168,59 +168,55 @@ fn qkv_stride(c: &Config) -> usize {
     c.q_dim() + 2 * c.kv_dim()
 }
 
-/// Quantizes the new tokens' K and V (from the qkv rows) into the cache.
-#[allow(clippy::too_many_arguments)]
-pub fn kv_write(
-    k: &Kernels,
-    pass: &mut Pass,
-    step: &wgpu::Buffer,
-    c: &Config,
-    format: KvFormat,
-    qkv: &wgpu::Buffer,
-    cache: &LayerCache,
-    n_tokens: usize,
-) -> Result<()> {
-    let pipe = k.pipe(
-        Shader::KvWrite,
-        &[
-            ("KV_FORMAT", format as u32 as f64),
-            ("HD", c.head_dim as f64),
-            ("NH", c.n_heads as f64),
-            ("NKV", c.n_kv_heads as f64),
-            ("QKV_STRIDE", qkv_stride(c) as f64),
-            ("SLOTS", cache.slots as f64),
-        ],
-    )?;
-    let bufs = [
-        step,
-        &cache.k,
-        &cache.v,
-        &cache.k_scales,
-        &cache.v_scales,
-        qkv,
-    ];
-    k.dispatch(
-        pass,
-        &pipe,
-        &bufs,
-        [n_tokens as u32, c.n_kv_heads as u32, 2],
-    );
-    Ok(())
+/// What every kernel over one layer's KV cache binds first (bindings 0–5: the step,
+/// the cache, the qkv rows) and is specialized by.
+pub struct CacheIo<'a> {
+    pub step: &'a wgpu::Buffer,
+    pub c: &'a Config,
+    pub format: KvFormat,
+    pub qkv: &'a wgpu::Buffer,
+    pub cache: &'a LayerCache,
 }
 
-fn cache_constants(c: &Config, format: KvFormat, cache: &LayerCache) -> [(&'static str, f64); 10] {
-    [
-        ("KV_FORMAT", format as u32 as f64),
-        ("HD", c.head_dim as f64),
-        ("NKV", c.n_kv_heads as f64),
-        ("G", c.group_size() as f64),
-        ("QKV_STRIDE", qkv_stride(c) as f64),
-        ("SCALE", c.attn_scale as f64),
-        ("SOFTCAP", c.attn_softcap as f64),
-        ("SLOTS", cache.slots as f64),
-        ("WINDOW", cache.window as f64),
-        ("NH", c.n_heads as f64),
-    ]
+impl<'a> CacheIo<'a> {
+    /// Bindings 0–5, then `more`.
+    fn bindings(&self, more: &[&'a wgpu::Buffer]) -> Vec<&'a wgpu::Buffer> {
+        let l = self.cache;
+        let mut b = vec![self.step, &l.k, &l.v, &l.k_scales, &l.v_scales, self.qkv];
+        b.extend_from_slice(more);
+        b
+    }
+
+    fn constants(&self) -> [(&'static str, f64); 10] {
+        let (c, cache) = (self.c, self.cache);
+        [
+            ("KV_FORMAT", self.format as u32 as f64),
+            ("HD", c.head_dim as f64),
+            ("NKV", c.n_kv_heads as f64),
+            ("G", c.group_size() as f64),
+            ("QKV_STRIDE", qkv_stride(c) as f64),
+            ("SCALE", c.attn_scale as f64),
+            ("SOFTCAP", c.attn_softcap as f64),
+            ("SLOTS", cache.slots as f64),
+            ("WINDOW", cache.window as f64),
+            ("NH", c.n_heads as f64),
+        ]
+    }
+}
+
+/// Quantizes the new tokens' K and V (from the qkv rows) into the cache.
+pub fn kv_write(k: &Kernels, pass: &mut Pass, io: &CacheIo, n_tokens: usize) -> Result<()> {
+    let consts = io.constants();
+    // kv_write reads KV_FORMAT, HD, NKV, QKV_STRIDE, SLOTS and NH.
+    let used = ["KV_FORMAT", "HD", "NKV", "QKV_STRIDE", "SLOTS", "NH"];
+    let consts: Vec<_> = consts
+        .into_iter()
+        .filter(|(n, _)| used.contains(n))
+        .collect();
+    let pipe = k.pipe(Shader::KvWrite, &consts)?;
+    let groups = [n_tokens as u32, io.c.n_kv_heads as u32, 2];
+    k.dispatch(pass, &pipe, &io.bindings(&[]), groups);
+    Ok(())
 }
 
 /// Queries per prefill workgroup (the kernel's BQ).
@@ -234,114 +230,68 @@ fn prefill_queries(c: &Config) -> u32 {
 
 /// Attention of the last token over `kv_len` cached positions: flash-decoding splits,
 /// then the reduce pass. `part` holds n_heads × splits × (head_dim + 2) floats.
-#[allow(clippy::too_many_arguments)]
 pub fn decode(
     k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
-    c: &Config,
-    format: KvFormat,
-    qkv: &wgpu::Buffer,
-    cache: &LayerCache,
+    io: &CacheIo,
     part: &wgpu::Buffer,
     out: &wgpu::Buffer,
     kv_len: usize,
 ) -> Result<()> {
-    let consts = cache_constants(c, format, cache);
+    let c = io.c;
     // attention_decode has no NH override.
-    let pipe = k.pipe(Shader::AttentionDecode, &consts[..9])?;
+    let pipe = k.pipe(Shader::AttentionDecode, &io.constants()[..9])?;
     let splits = (kv_len as u32).div_ceil(CHUNK);
-    let bufs = [
-        step,
-        &cache.k,
-        &cache.v,
-        &cache.k_scales,
-        &cache.v_scales,
-        qkv,
-        part,
-    ];
     let groups = Groups::Splits(c.n_kv_heads as u32);
-    k.dispatch_groups(pass, &pipe, &bufs, groups, splits);
+    k.dispatch_groups(pass, &pipe, &io.bindings(&[part]), groups, splits);
     let reduce = k.pipe(
         Shader::AttentionReduce,
         &[("HD", c.head_dim as f64), ("NH", c.n_heads as f64)],
     )?;
-    k.dispatch(pass, &reduce, &[step, part, out], [c.n_heads as u32, 1, 1]);
+    k.dispatch(
+        pass,
+        &reduce,
+        &[io.step, part, out],
+        [c.n_heads as u32, 1, 1],
+    );
     Ok(())
 }
 
 /// The last token's attention in one dispatch: QK-norm (with `qk_norm`: q's weights
 /// then k's), RoPE from `table`, its key and value into the cache, attention over
 /// every visible position. `qkv` holds the token's raw (unrotated) row.
-#[allow(clippy::too_many_arguments)]
 pub fn decode_fused(
     k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
-    c: &Config,
-    format: KvFormat,
-    qkv: &wgpu::Buffer,
-    cache: &LayerCache,
-    table: &wgpu::Buffer,
-    rotate: bool,
+    io: &CacheIo,
+    (table, rotate): (&wgpu::Buffer, bool),
     qk_norm: Option<&wgpu::Buffer>,
     out: &wgpu::Buffer,
 ) -> Result<()> {
-    let mut consts = cache_constants(c, format, cache).to_vec();
+    let c = io.c;
+    let mut consts = io.constants().to_vec();
     consts.extend(super::elementwise::rope_constants(c, rotate));
     consts.extend([
         ("QK_NORM", qk_norm.is_some() as u32 as f64),
         ("EPS", c.rms_eps as f64),
     ]);
     let pipe = k.pipe(Shader::AttentionDecodeFused, &consts)?;
-    let bufs = [
-        step,
-        &cache.k,
-        &cache.v,
-        &cache.k_scales,
-        &cache.v_scales,
-        qkv,
-        out,
-        table,
-        qk_norm.unwrap_or(table),
-    ];
+    let bufs = io.bindings(&[out, table, qk_norm.unwrap_or(table)]);
     k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, 1, 1]);
     Ok(())
 }
 
 /// Causal attention of `n_tokens` new tokens over the cache (prefix and themselves).
-#[allow(clippy::too_many_arguments)]
 pub fn prefill(
     k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
-    c: &Config,
-    format: KvFormat,
-    qkv: &wgpu::Buffer,
-    cache: &LayerCache,
+    io: &CacheIo,
     out: &wgpu::Buffer,
     n_tokens: usize,
 ) -> Result<()> {
-    let consts = cache_constants(c, format, cache);
-    let pipe = k.pipe(Shader::AttentionPrefill, &consts)?;
-    let bufs = [
-        step,
-        &cache.k,
-        &cache.v,
-        &cache.k_scales,
-        &cache.v_scales,
-        qkv,
-        out,
-    ];
-    k.dispatch(
-        pass,
-        &pipe,
-        &bufs,
-        [
-            (n_tokens as u32).div_ceil(prefill_queries(c)),
-            c.n_heads as u32,
-            1,
-        ],
-    );
+    let c = io.c;
+    let pipe = k.pipe(Shader::AttentionPrefill, &io.constants())?;
+    let x = (n_tokens as u32).div_ceil(prefill_queries(c));
+    k.dispatch(pass, &pipe, &io.bindings(&[out]), [x, c.n_heads as u32, 1]);
     Ok(())
 }

@@ -565,41 +565,27 @@ fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 9] {
     ]
 }
 
-/// `n_tokens` tokens, one thread per row and 8 tokens (software adapters).
-pub fn gemm_rowwise(
-    k: &Kernels,
-    pass: &mut Pass,
-    step: &wgpu::Buffer,
-    m: &GpuMatrix,
-    io: &Io,
-    n_tokens: usize,
-) -> Result<()> {
-    for p in &m.parts {
-        let pipe = k.pipe(Shader::MatmulGemmRowwise, &gemm_constants(m, io))?;
-        let [gx, gy, _] = grid((p.rows as u32).div_ceil(64));
-        let groups = [gx, gy, (n_tokens as u32).div_ceil(8)];
-        let buffers = [step, &p.qs, &p.scales, io.x, io.y, &p.span];
-        k.dispatch(pass, &pipe, &buffers, groups);
-    }
-    Ok(())
-}
-
-/// `n_tokens` tokens through the tiled GEMM.
+/// `n_tokens` tokens through a GEMM: tiled, or (`rowwise`, software adapters) one
+/// thread per row and 8 tokens.
 pub fn gemm(
     k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
+    (step, rowwise): (&wgpu::Buffer, bool),
     m: &GpuMatrix,
     io: &Io,
     n_tokens: usize,
 ) -> Result<()> {
+    let (shader, t) = match rowwise {
+        true => (Shader::MatmulGemmRowwise, (n_tokens as u32).div_ceil(8)),
+        false => (Shader::MatmulGemm, (n_tokens as u32).div_ceil(16)),
+    };
     for p in &m.parts {
-        let pipe = k.pipe(Shader::MatmulGemm, &gemm_constants(m, io))?;
-        let groups = [
-            (p.rows as u32).div_ceil(64),
-            (n_tokens as u32).div_ceil(16),
-            1,
-        ];
+        let pipe = k.pipe(shader, &gemm_constants(m, io))?;
+        let rows = p.rows as u32;
+        let groups = match (rowwise, grid(rows.div_ceil(64))) {
+            (true, [gx, gy, _]) => [gx, gy, t],
+            (false, _) => [rows.div_ceil(64), t, 1],
+        };
         let buffers = [step, &p.qs, &p.scales, io.x, io.y, &p.span];
         k.dispatch(pass, &pipe, &buffers, groups);
     }
@@ -618,10 +604,8 @@ pub fn matmul(
 ) -> Result<()> {
     if n_tokens <= GEMV_TOKENS {
         gemv(k, pass, step, m, io, n_tokens)
-    } else if k.tuning.rowwise_gemm {
-        gemm_rowwise(k, pass, step, m, io, n_tokens)
     } else {
-        gemm(k, pass, step, m, io, n_tokens)
+        gemm(k, pass, (step, k.tuning.rowwise_gemm), m, io, n_tokens)
     }
 }
 

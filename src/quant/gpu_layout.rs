@@ -128,6 +128,44 @@ fn half_pairs(h: &[u16]) -> Vec<u32> {
         .collect()
 }
 
+/// Unquantized words: no scales.
+fn plain(format: GpuFormat, qs: Vec<u32>) -> Packed {
+    Packed {
+        format,
+        qs,
+        scales: vec![0],
+        lut_rows: 0,
+    }
+}
+
+/// A format of 32-blocks of `bytes`, each an f16 scale (or, `paired`, an f16 scale and
+/// minimum as one word) first, then the byte ranges `ranges` (start, end) taken as words in order.
+fn blocks32(
+    data: &[u8],
+    bytes: usize,
+    (paired, ranges): (bool, &[(usize, usize)]),
+    format: GpuFormat,
+) -> Packed {
+    let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+    let blocks = data.chunks_exact(bytes);
+    let scales = match paired {
+        true => blocks
+            .clone()
+            .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
+            .collect(),
+        false => half_pairs(&blocks.clone().map(le16).collect::<Vec<_>>()),
+    };
+    let qs = blocks
+        .flat_map(|b| ranges.iter().flat_map(|&(i, j)| words(&b[i..j])))
+        .collect();
+    Packed {
+        format,
+        qs,
+        scales,
+        lut_rows: 0,
+    }
+}
+
 /// Repacks a tensor's GGUF bytes (`n` elements, a whole number of 32-blocks per row).
 pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
     if ty.bytes_for(n as u64) != Some(data.len() as u64) || !n.is_multiple_of(32) {
@@ -136,117 +174,24 @@ pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
             data.len()
         )));
     }
-    let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+    use GpuFormat as G;
     Ok(match ty {
-        GgmlType::F32 => Packed {
-            format: GpuFormat::F32,
-            qs: words(data).collect(),
-            scales: vec![0],
-            lut_rows: 0,
-        },
-        GgmlType::F16 => Packed {
-            format: GpuFormat::F16,
-            qs: words(data).collect(),
-            scales: vec![0],
-            lut_rows: 0,
-        },
-        GgmlType::BF16 => {
-            // No BF16 in WGSL; F32 keeps every value exact.
-            let qs = data
-                .chunks_exact(2)
+        GgmlType::F32 => plain(G::F32, words(data).collect()),
+        GgmlType::F16 => plain(G::F16, words(data).collect()),
+        // No BF16 in WGSL; F32 keeps every value exact.
+        GgmlType::BF16 => plain(
+            G::F32,
+            data.chunks_exact(2)
                 .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_bits())
-                .collect();
-            Packed {
-                format: GpuFormat::F32,
-                qs,
-                scales: vec![0],
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Q8_0 => {
-            let d: Vec<u16> = data.chunks_exact(34).map(&le16).collect();
-            let qs = data
-                .chunks_exact(34)
-                .flat_map(|b| words(&b[2..34]).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Q8_0,
-                qs,
-                scales: half_pairs(&d),
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Q4_0 => {
-            let d: Vec<u16> = data.chunks_exact(18).map(&le16).collect();
-            let qs = data
-                .chunks_exact(18)
-                .flat_map(|b| words(&b[2..18]).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Q4_0,
-                qs,
-                scales: half_pairs(&d),
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Q4_1 => {
-            let scales = data
-                .chunks_exact(20)
-                .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
-                .collect();
-            let qs = data
-                .chunks_exact(20)
-                .flat_map(|b| words(&b[4..20]).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Q4_1,
-                qs,
-                scales,
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Q5_0 => {
-            let d: Vec<u16> = data.chunks_exact(22).map(&le16).collect();
-            let qs = data
-                .chunks_exact(22)
-                .flat_map(|b| words(&b[6..22]).chain(words(&b[2..6])).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Q5_0,
-                qs,
-                scales: half_pairs(&d),
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Q5_1 => {
-            let scales = data
-                .chunks_exact(24)
-                .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
-                .collect();
-            let qs = data
-                .chunks_exact(24)
-                .flat_map(|b| words(&b[8..24]).chain(words(&b[4..8])).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Q5_1,
-                qs,
-                scales,
-                lut_rows: 0,
-            }
-        }
-        GgmlType::Iq4Nl => {
-            let d: Vec<u16> = data.chunks_exact(18).map(&le16).collect();
-            let qs = data
-                .chunks_exact(18)
-                .flat_map(|b| words(&b[2..18]).collect::<Vec<_>>())
-                .collect();
-            Packed {
-                format: GpuFormat::Iq4Nl,
-                qs,
-                scales: half_pairs(&d),
-                lut_rows: 0,
-            }
-        }
+                .collect(),
+        ),
+        GgmlType::Q8_0 => blocks32(data, 34, (false, &[(2, 34)]), G::Q8_0),
+        GgmlType::Q4_0 => blocks32(data, 18, (false, &[(2, 18)]), G::Q4_0),
+        GgmlType::Q4_1 => blocks32(data, 20, (true, &[(4, 20)]), G::Q4_1),
+        // The nibbles, then the word of fifth bits.
+        GgmlType::Q5_0 => blocks32(data, 22, (false, &[(6, 22), (2, 6)]), G::Q5_0),
+        GgmlType::Q5_1 => blocks32(data, 24, (true, &[(8, 24), (4, 8)]), G::Q5_1),
+        GgmlType::Iq4Nl => blocks32(data, 18, (false, &[(2, 18)]), G::Iq4Nl),
         GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
             k_quant(ty, data)
         }

@@ -467,8 +467,8 @@ fn strided_output_lands_at_the_offset() {
             scale: 1.0,
             cap: 0.0,
         };
-        matmul::gemm(&c.k, pass, &step, &ma, &io(0), t).unwrap();
-        matmul::gemm(&c.k, pass, &step, &mb, &io(a), t).unwrap();
+        matmul::gemm(&c.k, pass, (&step, false), &ma, &io(0), t).unwrap();
+        matmul::gemm(&c.k, pass, (&step, false), &mb, &io(a), t).unwrap();
     });
     let got = c.read(&yb, t * (a + b));
     let (ya, yb_) = (

@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::gpu::{ctx, max_diff, values};
+use pippin::kernels::attention::{CacheIo, LayerCache};
 use pippin::kernels::elementwise::NormOut;
 use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{attention, elementwise, sample};
@@ -265,7 +266,9 @@ fn windowed_attention_case(
     for (n, pos0) in steps {
         let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
-        c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &rows, &cache, n).unwrap());
+        c.run(|p| {
+            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &rows, &cache), n).unwrap()
+        });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
     let step = c.step(t, prefix);
@@ -273,11 +276,23 @@ fn windowed_attention_case(
     c.run(|p| {
         if t == 1 {
             attention::decode(
-                &c.k, p, &step, cfg, format, &q_rows, &cache, &part, &out, kv_len,
+                &c.k,
+                p,
+                &cache_io(&step, cfg, format, &q_rows, &cache),
+                &part,
+                &out,
+                kv_len,
             )
             .unwrap()
         } else {
-            attention::prefill(&c.k, p, &step, cfg, format, &q_rows, &cache, &out, t).unwrap()
+            attention::prefill(
+                &c.k,
+                p,
+                &cache_io(&step, cfg, format, &q_rows, &cache),
+                &out,
+                t,
+            )
+            .unwrap()
         }
     });
     let _ = &qkv_b;
@@ -420,7 +435,9 @@ fn fused_decode_case(
         let n = (prefix - pos0).min(64);
         let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
-        c.run(|p| attention::kv_write(&c.k, p, &step, cfg, format, &b, &cache, n).unwrap());
+        c.run(|p| {
+            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &b, &cache), n).unwrap()
+        });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
     let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
@@ -429,7 +446,15 @@ fn fused_decode_case(
     c.run(|p| {
         let qk = qk_norm.then_some(&norms);
         let (t, r) = (&table, rotate);
-        attention::decode_fused(&c.k, p, &step, cfg, format, &last, &cache, t, r, qk, &out).unwrap()
+        attention::decode_fused(
+            &c.k,
+            p,
+            &cache_io(&step, cfg, format, &last, &cache),
+            (t, r),
+            qk,
+            &out,
+        )
+        .unwrap()
     });
     let got = c.read(&out, qd);
     let (mut k, mut v) = (vec![], vec![]);
@@ -815,5 +840,22 @@ fn penalty_of_a_chained_input_token() {
             want,
             "listed {listed:?} input {input} on {on}"
         );
+    }
+}
+
+/// Bindings 0–5 of the kernels over one layer's KV cache.
+fn cache_io<'a>(
+    step: &'a wgpu::Buffer,
+    c: &'a Config,
+    format: KvFormat,
+    qkv: &'a wgpu::Buffer,
+    cache: &'a LayerCache,
+) -> CacheIo<'a> {
+    CacheIo {
+        step,
+        c,
+        format,
+        qkv,
+        cache,
     }
 }

@@ -170,13 +170,31 @@ impl GpuSession {
         }
     }
 
-    fn finish_residual(
+    /// A block's output: `x` (rows of `x_stride`) through `w` (and its LoRA), scaled,
+    /// added to the residual stream — after the post-norm where the family has one.
+    #[allow(clippy::too_many_arguments)]
+    fn add_output(
         &self,
         m: &GpuModel,
         pass: &mut Pass,
+        (x, x_stride): (&wgpu::Buffer, usize),
+        (w, lora): (&GpuMatrix, Option<&GpuLora>),
         post: Option<&wgpu::Buffer>,
+        scale: f32,
         n: usize,
     ) -> Result<()> {
+        let (y, accumulate) = self.residual(post);
+        let io = Io {
+            x,
+            x_stride,
+            y,
+            y_stride: m.config.hidden,
+            y_offset: 0,
+            accumulate,
+            scale,
+            cap: 0.0,
+        };
+        self.project(m, pass, w, lora, &io, n)?;
         let (c, b) = (&m.config, &self.b);
         match post {
             Some(w) => {
@@ -238,37 +256,29 @@ impl GpuSession {
         let block = c.block(l);
         let table = &b.rope[(block.rope == Some(Rope::Local)) as usize];
         let (rotate, cache, qk_norm) = (block.rope.is_some(), &self.cache[l], w.qk_norm.as_ref());
+        let (qkv, att) = (&b.qkv, &b.att);
+        let cache = attention::CacheIo {
+            step,
+            c,
+            format: kv,
+            qkv,
+            cache,
+        };
         if self.decodes(n) && attention::one_pass(pos0 + n) {
-            let (qkv, att) = (&b.qkv, &b.att);
-            attention::decode_fused(
-                k, pass, step, c, kv, qkv, cache, table, rotate, qk_norm, att,
-            )?;
+            attention::decode_fused(k, pass, &cache, (table, rotate), qk_norm, att)?;
         } else {
             if rotate || qk_norm.is_some() {
-                elementwise::rope(k, pass, step, c, table, rotate, &b.qkv, qk_norm, n)?;
+                elementwise::rope(k, pass, step, c, table, rotate, qkv, qk_norm, n)?;
             }
-            attention::kv_write(k, pass, step, c, kv, &b.qkv, cache, n)?;
-            if n == 1 {
-                let (part, att) = (&b.part, &b.att);
-                attention::decode(k, pass, step, c, kv, &b.qkv, cache, part, att, pos0 + 1)?;
-            } else {
-                attention::prefill(k, pass, step, c, kv, &b.qkv, cache, &b.att, n)?;
+            attention::kv_write(k, pass, &cache, n)?;
+            match n {
+                1 => attention::decode(k, pass, &cache, &b.part, att, pos0 + 1)?,
+                _ => attention::prefill(k, pass, &cache, att, n)?,
             }
         }
         let post = w.post_norms.as_ref().map(|(a, _)| a);
-        let (y, accumulate) = self.residual(post);
-        let io = Io {
-            x: &b.att,
-            x_stride: qd,
-            y,
-            y_stride: c.hidden,
-            y_offset: 0,
-            accumulate,
-            scale: block.residual_scale,
-            cap: 0.0,
-        };
-        self.project(m, pass, &w.wo, lora(Proj::O), &io, n)?;
-        self.finish_residual(m, pass, post, n)
+        let wo = (&w.wo, lora(Proj::O));
+        self.add_output(m, pass, (&b.att, qd), wo, post, block.residual_scale, n)
     }
 
     /// LFM2's convolution layer: B|C|x = in_proj(rmsnorm(x)) (held as the Q, K, V
@@ -367,19 +377,8 @@ impl GpuSession {
             elementwise::glu(k, pass, &b.step, block.activation, &b.gu, &b.act, f, n)?;
         }
         let post = w.post_norms.as_ref().map(|(_, p)| p);
-        let (y, accumulate) = self.residual(post);
-        let io = Io {
-            x: &b.act,
-            x_stride: f,
-            y,
-            y_stride: c.hidden,
-            y_offset: 0,
-            accumulate,
-            scale: block.residual_scale,
-            cap: 0.0,
-        };
-        self.project(m, pass, &w.down, lora(Proj::Down), &io, n)?;
-        self.finish_residual(m, pass, post, n)
+        let down = (&w.down, lora(Proj::Down));
+        self.add_output(m, pass, (&b.act, f), down, post, block.residual_scale, n)
     }
 
     /// The last token's logits — or with `all` every token's, row after row (a
