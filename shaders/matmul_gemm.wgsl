@@ -3,18 +3,13 @@
 // used by all 16 tokens. f32 accumulation.
 #include "weights.wgsl"
 #include "step.wgsl"
+#include "matmul_out.wgsl"
 
 @group(0) @binding(3) var<storage, read> x: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs, a multiple of 32
 override X_STRIDE: u32;     // floats between tokens in x
-override Y_STRIDE: u32;     // floats between tokens in y
-override Y_OFFSET: u32 = 0u;
-override ACCUMULATE: bool = false;
-override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
-override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 
 const BN: u32 = 64u;  // rows per tile
 const BT: u32 = 16u;  // tokens per tile
@@ -71,21 +66,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let row = row0 + tr + 16u * i;
         if row < part.rows {
             let o = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
-            if ACCUMULATE {
-                y[o] += out_value(acc[i]);
-            } else {
-                y[o] = out_value(acc[i]);
-            }
+            store(o, acc[i]);
         }
     }
-}
-
-// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
-// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
-fn out_value(v: f32) -> f32 {
-    let r = SCALE * v;
-    if CAP > 0.0 {
-        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
-    }
-    return r;
 }

@@ -4,18 +4,13 @@
 // dequantizes each weight once for all of them. f32 accumulation.
 #include "weights.wgsl"
 #include "step.wgsl"
+#include "matmul_out.wgsl"
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;
 override X_STRIDE: u32;  // floats between tokens in x, a multiple of 4
-override Y_STRIDE: u32;
-override Y_OFFSET: u32 = 0u;
-override ACCUMULATE: bool = false;
-override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
-override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 
 const TT: u32 = 8u;
 
@@ -42,20 +37,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
     }
     for (var t = 0u; t < nt; t++) {
         let o = (tok0 + t) * Y_STRIDE + Y_OFFSET + part.row0 + row;
-        if ACCUMULATE {
-            y[o] += out_value(acc[t]);
-        } else {
-            y[o] = out_value(acc[t]);
-        }
+        store(o, acc[t]);
     }
-}
-
-// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
-// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
-fn out_value(v: f32) -> f32 {
-    let r = SCALE * v;
-    if CAP > 0.0 {
-        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
-    }
-    return r;
 }

@@ -5,21 +5,16 @@
 // dispatch makes it).
 #include "weights.wgsl"
 #include "step.wgsl"
+#include "matmul_out.wgsl"
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;
-override Y_OFFSET: u32 = 0u;
-override ACCUMULATE: bool = false;
-override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
-override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override SG: u32 = 32u;   // the adapter's (fixed) subgroup size
 override WG: u32 = 256u;  // a multiple of SG
 override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x (several tokens)
-override Y_STRIDE: u32 = 0u; // and of y
 
 // One token's share of a block part: the sum a one-token dispatch adds.
 fn dots(w: W8, xo: u32) -> f32 {
@@ -61,30 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         let sum = subgroupAdd(select(hi[t % 4u], lo[t % 4u], t < 4u));
         if lane == 0u && row < part.rows {
             let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
-            if ACCUMULATE {
-                y[at] += out_value(sum);
-            } else {
-                y[at] = out_value(sum);
-            }
+            store(at, sum);
         }
     }
-}
-
-// Where each token's row of x starts (vec4s): token 0's for those past `n_run`.
-fn token_rows(n_run: u32) -> array<u32, 8> {
-    var o: array<u32, 8>;
-    for (var t = 0u; t < 8u; t++) {
-        o[t] = select(0u, t * (X_STRIDE / 4u), t < n_run);
-    }
-    return o;
-}
-
-// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
-// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
-fn out_value(v: f32) -> f32 {
-    let r = SCALE * v;
-    if CAP > 0.0 {
-        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
-    }
-    return r;
 }

@@ -9,18 +9,14 @@
 // as in matmul_gemv.wgsl; f32 accumulation. Several tokens are normalized on the fly.
 #include "weights.wgsl"
 #include "step.wgsl"
+#include "matmul_out.wgsl"
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read_write> normed: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs (row length), a multiple of 32
-override Y_OFFSET: u32 = 0u;
-override ACCUMULATE: bool = false;
-override SCALE: f32 = 1.0;   // y (+)= SCALE · W·x (Granite's residual and logit multipliers)
-override CAP: f32 = 0.0;     // > 0: y = CAP·tanh(y/CAP) (Gemma 2's final logit soft-cap)
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 override EPS: f32 = 1e-5;
@@ -28,7 +24,6 @@ override GLU: u32 = 0u;     // 0: none; 1: SiLU (SwiGLU); 2: GELU, tanh (GeGLU)
 override WRITE_NORMED: bool = false;
 override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x and of normed
-override Y_STRIDE: u32 = 0u; // and of y
 
 const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partials
 var<workgroup> partial: array<f32, 256>;
@@ -170,30 +165,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 v = act(v) * partial_up[lid];
             }
             let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
-            if ACCUMULATE {
-                y[at] += out_value(v);
-            } else {
-                y[at] = out_value(v);
-            }
+            store(at, v);
         }
     }
-}
-
-// Where each token's row of x starts (vec4s): token 0's for those past `n_run`.
-fn token_rows(n_run: u32) -> array<u32, 8> {
-    var o: array<u32, 8>;
-    for (var t = 0u; t < 8u; t++) {
-        o[t] = select(0u, t * (X_STRIDE / 4u), t < n_run);
-    }
-    return o;
-}
-
-// The product as it is written: scaled, then soft-capped. The clamp keeps tanh finite
-// where a compiler computes it from exponentials (tanh(10) is 1 in f32).
-fn out_value(v: f32) -> f32 {
-    let r = SCALE * v;
-    if CAP > 0.0 {
-        return CAP * tanh(clamp(r / CAP, -10.0, 10.0));
-    }
-    return r;
 }

@@ -357,6 +357,26 @@ pub struct Io<'a> {
     pub cap: f32,
 }
 
+impl<'a> Io<'a> {
+    /// y = W·x, token rows of `x_stride` and `y_stride` floats, written as they are
+    /// (no offset, scale or cap; not added): set what differs on top.
+    pub fn new(
+        (x, x_stride): (&'a wgpu::Buffer, usize),
+        (y, y_stride): (&'a wgpu::Buffer, usize),
+    ) -> Self {
+        Io {
+            x,
+            x_stride,
+            y,
+            y_stride,
+            y_offset: 0,
+            accumulate: false,
+            scale: 1.0,
+            cap: 0.0,
+        }
+    }
+}
+
 /// Most tokens one GEMV dispatch takes (`TOKENS` in the GEMV kernels): a speculative
 /// check's positions, each computed as a one-token step computes it.
 pub const GEMV_TOKENS: usize = 8;
