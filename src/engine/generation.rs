@@ -16,6 +16,24 @@ use crate::sampler::Sampler;
 use crate::tokenizer::{TextStream, Tokenizer, ToolCall};
 use web_time::Instant;
 
+/// Where a reply's decoding stands between two steps: exactly one of these. A step
+/// moves it on (`Generation::step`): one-token steps go ToRun → Logits → ToRun…,
+/// pipelined ones Picked → InFlight → InFlight…, a speculative check ToRun → ToRun;
+/// a failed step leaves it where it was, so the next call retries.
+enum Decode {
+    /// The last step's logits, to pick the next token from.
+    Logits(Logits),
+    /// A token picked and not handled yet (the prompt's, on a backend that chains).
+    Picked(u32),
+    /// A token handled (counted, its text queued) and not run yet: the next step runs
+    /// it, with guesses after it when speculating.
+    ToRun(u32),
+    /// Pipelined: a submitted step whose pick is still to be read.
+    InFlight,
+    /// Nothing to run or read: the reply has ended (or ends at the next step).
+    Idle,
+}
+
 /// One reply being generated, pulled a piece at a time (the browser's async iterator
 /// drives it step by step; `generate` drives it with a callback).
 pub struct Generation {
@@ -26,16 +44,11 @@ pub struct Generation {
     stops: StopStrings,
     top_k: usize,
     usage: Usage,
-    logits: Option<Logits>,
-    /// The last sampled token, still to be run to get the next logits.
-    to_run: Option<u32>,
+    /// Where decoding stands between steps.
+    decode: Decode,
     /// Pipelined decode (a backend that `chains`): the next step is submitted
     /// before the token of the one running is read. Off after a failed step.
     chained: bool,
-    /// A picked token not handled yet (the prompt's, or one a failure left).
-    ready: Option<u32>,
-    /// A submitted step whose pick is still to be read.
-    outstanding: bool,
     /// The backend's steps pick among their best `top_k` candidates (the GPU's
     /// selection), not among the whole vocabulary: a check's rows are cut alike.
     cut: bool,
@@ -145,11 +158,8 @@ impl Generation {
                 cached_tokens: keep,
                 ..Default::default()
             },
-            logits: None,
-            to_run: None,
+            decode: Decode::Idle,
             chained,
-            ready: None,
-            outstanding: false,
             piped: 0,
             cut: backend.chains(),
             full,
@@ -171,14 +181,14 @@ impl Generation {
             let pick = g.next_pick(false);
             backend.submit(&prompt[keep..], g.want(&ids, pick))?;
             match backend.chosen().await {
-                Ok(t) => g.ready = Some(t),
+                Ok(t) => g.decode = Decode::Picked(t),
                 Err(e) => {
                     backend.cancel();
                     return Err(e);
                 }
             }
         } else {
-            g.logits = Some(g.run(backend, &prompt[keep..]).await?);
+            g.decode = Decode::Logits(g.run(backend, &prompt[keep..]).await?);
         }
         g.usage.prefill_ms = ms_since(t0);
         g.started = Instant::now();
@@ -415,17 +425,9 @@ impl Generation {
         draft: Option<&mut CpuBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<()> {
-        // A pipelined reply leaves its chain for speculative checks (`to_run` set).
-        if self.chained && self.to_run.is_none() {
-            let r = self.step_chained(backend, tk).await;
-            if r.is_err() {
-                self.unchain(backend);
-            }
-            return r;
-        }
-        // Taken only once the step succeeded: after a failure the same token runs
-        // again, and the caller sees the error, not a quiet end.
-        if let Some(t) = self.to_run {
+        // The state moves only once the step succeeded: after a failure the same token
+        // runs again, and the caller sees the error, not a quiet end.
+        if let Decode::ToRun(t) = self.decode {
             if self.speculate(backend, draft, tk, t).await? {
                 return Ok(());
             }
@@ -434,24 +436,30 @@ impl Generation {
                 return self.rejoin(backend, t);
             }
             let started = Instant::now();
-            self.logits = Some(self.run(backend, &[t]).await?);
+            self.decode = Decode::Logits(self.run(backend, &[t]).await?);
             if let Some(p) = &mut self.policy {
                 p.stepped(started.elapsed().as_secs_f64() * 1e3);
             }
-            self.to_run = None;
             self.usage.speculation.forwards += 1;
+        } else if self.chained {
+            // A pipelined reply leaves its chain only for speculative checks (ToRun).
+            let r = self.step_chained(backend, tk).await;
+            if r.is_err() {
+                self.unchain(backend);
+            }
+            return r;
         }
         if self.usage.generated_tokens >= self.opts.max_tokens {
             return self.finish(tk, FinishReason::Length);
         }
-        let token = match (self.ready.take(), self.logits.take()) {
-            (Some(t), _) => t,
-            (None, Some(logits)) => self.choose(logits),
-            (None, None) => return self.finish(tk, FinishReason::Length),
+        let token = match std::mem::replace(&mut self.decode, Decode::Idle) {
+            Decode::Picked(t) => t,
+            Decode::Logits(logits) => self.choose(logits),
+            _ => return self.finish(tk, FinishReason::Length),
         };
         let cached = backend.tokens().len();
         if self.handle(tk, token, cached, backend.context_length())? {
-            self.to_run = Some(token);
+            self.decode = Decode::ToRun(token);
         }
         Ok(())
     }
@@ -507,7 +515,7 @@ impl Generation {
             }
         };
         let ms = ms_since(started);
-        self.to_run = None;
+        self.decode = Decode::Idle;
         let stats = &mut self.usage.speculation;
         stats.forwards += 1;
         stats.proposed += guesses.len();
@@ -522,7 +530,9 @@ impl Generation {
                 Ok((token, true)) if guesses.get(i) == Some(&token) => kept += 1,
                 Ok((token, goes_on)) => {
                     self.rewind(backend, cached).await?;
-                    self.to_run = goes_on.then_some(token);
+                    if goes_on {
+                        self.decode = Decode::ToRun(token);
+                    }
                     break;
                 }
                 Err(e) => {
@@ -571,8 +581,7 @@ impl Generation {
             backend.cancel();
             return Err(e);
         }
-        self.to_run = None;
-        self.outstanding = true;
+        self.decode = Decode::InFlight;
         self.usage.speculation.forwards += 1;
         Ok(())
     }
@@ -593,6 +602,7 @@ impl Generation {
         let (max, ctx) = (self.opts.max_tokens, backend.context_length());
         if self.usage.generated_tokens >= max {
             backend.cancel();
+            self.decode = Decode::Idle;
             return self.finish(tk, FinishReason::Length);
         }
         // The cache before the token handled now runs: the same test `handle` makes.
@@ -601,52 +611,61 @@ impl Generation {
         let n = self.opts.sampler.repeat_last_n;
         let started = Instant::now();
         let mut leave = false;
-        let token = if let Some(t) = self.ready {
-            if ahead {
-                // Its input is known: the penalty window is listed whole.
-                let mut recent = self.history[self.history.len().saturating_sub(n)..].to_vec();
-                recent.push(t);
-                let ids = self.sampler.penalized_ids(&recent);
-                let pick = self.next_pick(false);
-                backend.submit(&[t], self.want(&ids, pick))?;
-                self.usage.speculation.forwards += 1;
-                self.outstanding = true;
-            }
-            self.ready = None;
-            t
-        } else {
-            if !self.outstanding {
-                return self.finish(tk, FinishReason::Length);
-            }
-            leave = ahead && self.wants_check();
-            if ahead && !leave {
-                // Its input is the pick not read yet: the device penalizes it, the
-                // rest of the window is listed.
-                let keep = n.saturating_sub(1);
-                let recent = &self.history[self.history.len().saturating_sub(keep)..];
-                let ids = if keep > 0 {
-                    self.sampler.penalized_ids(recent)
+        let token = match self.decode {
+            Decode::Picked(t) => {
+                if ahead {
+                    // Its input is known: the penalty window is listed whole.
+                    let mut recent = self.history[self.history.len().saturating_sub(n)..].to_vec();
+                    recent.push(t);
+                    let ids = self.sampler.penalized_ids(&recent);
+                    let pick = self.next_pick(false);
+                    backend.submit(&[t], self.want(&ids, pick))?;
+                    self.usage.speculation.forwards += 1;
+                }
+                self.decode = if ahead {
+                    Decode::InFlight
                 } else {
-                    vec![]
+                    Decode::Idle
                 };
-                let pick = self.next_pick(true);
-                backend.submit(&[], self.want(&ids, pick))?;
-                self.usage.speculation.forwards += 1;
+                t
             }
-            let t = backend.chosen().await?;
-            self.outstanding = ahead && !leave;
-            self.piped = if self.outstanding { self.piped + 1 } else { 0 };
-            if let (true, Some(p)) = (self.piped >= 2, &mut self.policy) {
-                // A pipelined step's time: what checks are weighed against.
-                p.stepped(ms_since(started));
+            Decode::InFlight => {
+                leave = ahead && self.wants_check();
+                if ahead && !leave {
+                    // Its input is the pick not read yet: the device penalizes it, the
+                    // rest of the window is listed.
+                    let keep = n.saturating_sub(1);
+                    let recent = &self.history[self.history.len().saturating_sub(keep)..];
+                    let ids = if keep > 0 {
+                        self.sampler.penalized_ids(recent)
+                    } else {
+                        vec![]
+                    };
+                    let pick = self.next_pick(true);
+                    backend.submit(&[], self.want(&ids, pick))?;
+                    self.usage.speculation.forwards += 1;
+                }
+                let t = backend.chosen().await?;
+                let goes_on = ahead && !leave;
+                self.decode = if goes_on {
+                    Decode::InFlight
+                } else {
+                    Decode::Idle
+                };
+                self.piped = if goes_on { self.piped + 1 } else { 0 };
+                if let (true, Some(p)) = (self.piped >= 2, &mut self.policy) {
+                    // A pipelined step's time: what checks are weighed against.
+                    p.stepped(ms_since(started));
+                }
+                t
             }
-            t
+            _ => return self.finish(tk, FinishReason::Length),
         };
         if !self.handle(tk, token, cached, ctx)? {
             backend.cancel();
-            self.outstanding = false;
+            self.decode = Decode::Idle;
         } else if leave {
-            self.to_run = Some(token);
+            self.decode = Decode::ToRun(token);
         }
         Ok(())
     }
@@ -654,12 +673,12 @@ impl Generation {
     /// After a failed pipelined step: steps in flight are dropped with what they ran,
     /// and decode goes on one step at a time from the last token handled.
     fn unchain<B: Backend>(&mut self, backend: &mut B) {
-        if self.outstanding {
+        if let Decode::InFlight = self.decode {
             backend.cancel();
-            self.outstanding = false;
-            if self.ready.is_none() {
-                self.to_run = self.history.last().copied();
-            }
+            self.decode = match self.history.last() {
+                Some(&t) => Decode::ToRun(t),
+                None => Decode::Idle,
+            };
         }
         self.chained = false;
     }
