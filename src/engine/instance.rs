@@ -365,7 +365,7 @@ impl Engine {
     }
 
     /// The GPU model, or the error of asking the CPU backend for one.
-    pub fn model(&self) -> Result<&GpuModel> {
+    pub fn require_gpu(&self) -> Result<&GpuModel> {
         self.gpu_model().ok_or_else(not_gpu)
     }
 

@@ -22,8 +22,8 @@ pub use backend::{
     common_prefix, verify_by_steps, AnyBackend, Backend, BackendKind, GpuBytes, LateMask, Logits,
     Pick, SessionOptions, Want,
 };
-pub use cpu::{CpuBackend, CpuModel, CpuSession, CpuState, QMatrix};
-pub use gpu::{GpuAdapter, GpuBackend, GpuFootprint, GpuLayer, GpuLora, GpuModel, GpuSession};
+pub use cpu::{CpuBackend, CpuModel, CpuState, QMatrix, ReferenceSession};
+pub use gpu::{GpuBackend, GpuFootprint, GpuLayer, GpuLora, GpuLoraAdapter, GpuModel, GpuSession};
 pub use instance::{busy, AdapterChoice, Engine, Prompt, ResidentAdapter};
 pub use logprobs::{LogitBias, TokenLogprob};
 pub use speculate::{Speculation, SpeculationStats};

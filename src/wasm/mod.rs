@@ -238,12 +238,12 @@ impl JsEngine {
         // code, stack and the loader's slices.
         let addressable =
             (4u64 << 30).saturating_sub(crate::memory::heap().live_bytes + (64 << 20));
+        let base = SessionOptions::in_browser(addressable);
         let so = SessionOptions {
-            max_context: opts.max_context.unwrap_or(2048),
+            max_context: opts.max_context.unwrap_or(base.max_context),
             kv: opts.kv_cache.unwrap_or_default(),
-            cpu_memory: Some(addressable),
             session_memory: opts.session_memory,
-            ..Default::default()
+            ..base
         };
         let t0 = web_time::Instant::now();
         let ms = |t: web_time::Instant| t.elapsed().as_secs_f64() * 1000.0;
@@ -704,7 +704,7 @@ impl<'a> Info<'a> {
     }
 
     fn gpu(core: &'a Engine) -> JsResult<Info<'a>> {
-        let g = &core.model().map_err(js_err)?.gpu;
+        let g = &core.require_gpu().map_err(js_err)?.gpu;
         let (backend, backend_reason) = core.backend_kind();
         Ok(Info {
             config: core.config(),

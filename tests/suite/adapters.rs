@@ -8,22 +8,11 @@ use common::model_path;
 use pippin::adapters::fixture::{self, FixtureSpec};
 use pippin::adapters::{self, permute_rows, Adapter};
 use pippin::engine::{
-    Backend, GpuAdapter, GpuBackend, GpuModel, GpuSession, Logits, SessionOptions, Want,
+    Backend, GpuBackend, GpuLoraAdapter, GpuSession, Logits, SessionOptions, Want,
 };
-use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, KvCache, RopeStyle};
-use pippin::quant::kv::KvFormat;
-use std::sync::OnceLock;
 
-fn model() -> &'static GpuModel {
-    static M: OnceLock<GpuModel> = OnceLock::new();
-    M.get_or_init(|| {
-        let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-            .expect("model")
-            .0
-    })
-}
+use crate::common::gpu_model as model;
 
 fn make(rank: usize, modules: &[&str], seed: u64, zero_b: bool) -> Adapter {
     let spec = FixtureSpec {
@@ -42,7 +31,7 @@ const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314];
 const NEXT: [u32; 2] = [7042, 30];
 
 /// Logits after the prompt and after each of NEXT, on the GPU.
-fn gpu_logits(adapter: Option<&GpuAdapter>, session: &mut GpuSession) -> Vec<Vec<f32>> {
+fn gpu_logits(adapter: Option<&GpuLoraAdapter>, session: &mut GpuSession) -> Vec<Vec<f32>> {
     let mut b = GpuBackend::with_adapter(model(), session, adapter);
     let mut out = Vec::new();
     let mut run = |t: &[u32]| match pollster::block_on(b.forward(t, Want::logits())).unwrap() {
@@ -72,10 +61,7 @@ fn session() -> GpuSession {
         model(),
         SessionOptions {
             max_context: 64,
-            kv: KvFormat::F32,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
+            ..crate::common::f32_session()
         },
     )
     .unwrap()
@@ -89,22 +75,14 @@ fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
 
 #[test]
 fn gpu_with_adapter_matches_cpu_with_merged_weights() {
-    let all = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
+    let all = pippin::adapters::MODULES;
     let base = cpu_merged_logits(&make(8, &["q_proj"], 1, true));
     for (rank, modules, seed) in [(8, &all[..4], 3u64), (16, &all[..], 4)] {
         let a = make(rank, modules, seed, false);
         let want = cpu_merged_logits(&a);
         let shift = max_diff(&want, &base);
         assert!(shift > 0.05, "the adapter changes the logits ({shift})");
-        let ga = GpuAdapter::upload(&model().gpu, &a).unwrap();
+        let ga = GpuLoraAdapter::upload(&model().gpu, &a).unwrap();
         let got = gpu_logits(Some(&ga), &mut session());
         let d = max_diff(&got, &want);
         eprintln!(
@@ -117,18 +95,19 @@ fn gpu_with_adapter_matches_cpu_with_merged_weights() {
 
 #[test]
 fn a_zero_b_adapter_changes_nothing_and_switching_is_exact() {
-    let zero = GpuAdapter::upload(
+    let zero = GpuLoraAdapter::upload(
         &model().gpu,
         &make(8, &["q_proj", "v_proj", "down_proj"], 5, true),
     )
     .unwrap();
-    let a = GpuAdapter::upload(&model().gpu, &make(8, &["q_proj", "v_proj"], 6, false)).unwrap();
-    let b = GpuAdapter::upload(
+    let a =
+        GpuLoraAdapter::upload(&model().gpu, &make(8, &["q_proj", "v_proj"], 6, false)).unwrap();
+    let b = GpuLoraAdapter::upload(
         &model().gpu,
         &make(16, &["gate_proj", "up_proj", "o_proj"], 7, false),
     )
     .unwrap();
-    let fresh = |ad: Option<&GpuAdapter>| gpu_logits(ad, &mut session());
+    let fresh = |ad: Option<&GpuLoraAdapter>| gpu_logits(ad, &mut session());
     let none = fresh(None);
     assert_eq!(
         fresh(Some(&zero)),
@@ -151,21 +130,8 @@ fn a_zero_b_adapter_changes_nothing_and_switching_is_exact() {
 
 #[test]
 fn unloading_frees_the_adapter_and_memory_is_counted() {
-    let ad = make(
-        16,
-        &[
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ],
-        8,
-        false,
-    );
-    let ga = GpuAdapter::upload(&model().gpu, &ad).unwrap();
+    let ad = make(16, &pippin::adapters::MODULES, 8, false);
+    let ga = GpuLoraAdapter::upload(&model().gpu, &ad).unwrap();
     // Rank 16 is padded to 32 on the GPU; A is f16 for this (even-seed) fixture.
     assert!(
         ga.bytes > ad.bytes() / 4 && ga.bytes < 4 * ad.bytes(),

@@ -358,7 +358,7 @@ fn context_overflow_is_an_error_and_the_engine_stays_usable() {
     assert_eq!(err.err().map(|e| e.code()), Some("ContextFull"));
     assert_eq!(greedy(&mut e, "Hi", 2, AdapterChoice::None).1, 2);
     assert!(
-        e.parts().is_err() && e.model().is_err(),
+        e.parts().is_err() && e.require_gpu().is_err(),
         "no GPU parts on the CPU"
     );
 }

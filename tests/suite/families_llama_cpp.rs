@@ -17,7 +17,6 @@ use pippin::engine::perplexity::perplexity;
 use pippin::engine::{
     Backend, CpuBackend, CpuState, GpuBackend, GpuModel, GpuSession, Logits, SessionOptions, Want,
 };
-use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, KvCache, Reference};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::argmax;
@@ -172,18 +171,7 @@ fn families_match_llama_cpp_on_the_cpu_backend() {
 
 /// `family`'s file on the GPU (lavapipe) and the options its sessions take.
 fn gpu_model(family: &str) -> (GpuModel, SessionOptions) {
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-    let m = pollster::block_on(GpuModel::load_file(gpu, &file(family), &mut |_, _| {}))
-        .unwrap()
-        .0;
-    let opts = SessionOptions {
-        max_context: 256,
-        kv: KvFormat::F32,
-        chunk: 64,
-        cpu_memory: None,
-        session_memory: None,
-    };
-    (m, opts)
+    (common::load_gpu(&file(family)), common::f32_session())
 }
 
 #[test]

@@ -2,8 +2,9 @@
 
 use crate::common;
 
+use common::plain::{Fail, Through};
 use common::{model_path, reference};
-use pippin::engine::{self, Backend, CpuSession, FinishReason, GenerateOptions, Usage};
+use pippin::engine::{self, Backend, FinishReason, GenerateOptions, ReferenceSession, Usage};
 use pippin::gguf::Gguf;
 use pippin::tokenizer::Tokenizer;
 use pippin::Result;
@@ -31,7 +32,7 @@ fn run(
     mut keep_going: impl FnMut(&str) -> bool,
 ) -> (String, FinishReason, usize) {
     let tk = tokenizer();
-    let mut s = CpuSession::new(reference());
+    let mut s = ReferenceSession::new(reference());
     let ids = tk.encode_prompt(prompt, false).unwrap();
     let mut out = String::new();
     let (finish, usage) = generate(&mut s, &tk, &ids, opts, |t, _| {
@@ -84,7 +85,7 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
             true,
         )
         .unwrap();
-    let mut s = CpuSession::new(reference());
+    let mut s = ReferenceSession::new(reference());
     let opts = GenerateOptions {
         max_tokens: 40,
         ..Default::default()
@@ -101,7 +102,7 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
 #[test]
 fn bad_requests_are_errors_and_the_session_stays_usable() {
     let tk = tokenizer();
-    let mut s = CpuSession::new(reference());
+    let mut s = ReferenceSession::new(reference());
     let opts = GenerateOptions::default();
     assert!(generate(&mut s, &tk, &[], &opts, |_, _| true)
         .unwrap_err()
@@ -202,39 +203,6 @@ fn cli_errors_are_clear() {
     assert!(String::from_utf8_lossy(&info.stderr).contains("not a GGUF file"));
 }
 
-/// A backend whose `fail_at`-th forward call fails once (a lost read-back, say).
-struct Flaky<'m> {
-    inner: CpuSession<'m>,
-    calls: usize,
-    fail_at: usize,
-}
-
-impl Backend for Flaky<'_> {
-    async fn forward(
-        &mut self,
-        tokens: &[u32],
-        want: pippin::engine::Want<'_>,
-    ) -> Result<pippin::engine::Logits> {
-        self.calls += 1;
-        if self.calls == self.fail_at {
-            return Err(pippin::Error::gpu("the read-back failed"));
-        }
-        self.inner.forward(tokens, want).await
-    }
-    fn tokens(&self) -> &[u32] {
-        self.inner.tokens()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.inner.truncate(len)
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.inner.log_probs(tokens).await
-    }
-    fn context_length(&self) -> usize {
-        self.inner.context_length()
-    }
-}
-
 /// A failed step is reported, and retrying goes on where it failed: the same text as
 /// without the failure (before, the retry ended the reply with "length").
 #[test]
@@ -246,11 +214,8 @@ fn a_failed_step_is_an_error_and_a_retry_goes_on() {
         ..Default::default()
     };
     let (want, _, _) = run("The capital of France is", &opts, |_| true);
-    let mut b = Flaky {
-        inner: CpuSession::new(reference()),
-        calls: 0,
-        fail_at: 3,
-    };
+    let inner = ReferenceSession::new(reference());
+    let mut b = Through::failing(inner, Fail::Forward(3));
     let mut g = pollster::block_on(engine::Generation::start(&mut b, &tk, &ids, &opts)).unwrap();
     let (mut text, mut errors) = (String::new(), 0);
     loop {

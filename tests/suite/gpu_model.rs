@@ -6,7 +6,7 @@ use crate::common;
 
 use common::{model_path, reference};
 use pippin::engine::{
-    generate, Backend, CpuSession, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits,
+    generate, Backend, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits, ReferenceSession,
     SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
@@ -16,17 +16,8 @@ use pippin::model::KvCache;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::argmax;
 use pippin::tokenizer::{Message, Tokenizer};
-use std::sync::OnceLock;
 
-fn model() -> &'static GpuModel {
-    static M: OnceLock<GpuModel> = OnceLock::new();
-    M.get_or_init(|| {
-        let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-            .expect("model uploads")
-            .0
-    })
-}
+use crate::common::gpu_model as model;
 
 fn be(s: &mut GpuSession) -> GpuBackend<'_> {
     GpuBackend::new(model(), s)
@@ -62,13 +53,7 @@ const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France 
 fn teacher_forced_like_the_cpu(m: &GpuModel, fused: bool) {
     let cpu = reference();
     let mut cache = KvCache::new(&cpu.config);
-    let opts = SessionOptions {
-        max_context: 256,
-        kv: KvFormat::F32,
-        chunk: 64,
-        cpu_memory: None,
-        session_memory: None,
-    };
+    let opts = crate::common::f32_session();
     let mut gpu = GpuSession::new(m, opts).unwrap();
     gpu.set_fused(fused);
     let mut run = |tokens: &[u32]| match pollster::block_on(
@@ -194,7 +179,7 @@ fn gpu_writes_the_same_text_as_the_cpu() {
         .unwrap();
     });
     let cpu_text = run(&mut |out| {
-        let mut s = CpuSession::new(reference());
+        let mut s = ReferenceSession::new(reference());
         pollster::block_on(generate(&mut s, &tk, &PROMPT, &opts, |t, _| {
             out.push_str(t);
             true
@@ -270,10 +255,7 @@ fn streamed_upload_in_odd_chunks_gives_the_same_model() {
         &streamed,
         SessionOptions {
             max_context: 64,
-            kv: KvFormat::F32,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
+            ..crate::common::f32_session()
         },
     )
     .unwrap();
@@ -310,24 +292,14 @@ fn truncated_streams_are_clear_errors() {
 /// A lost device is reported as such, and a model loads again on a new device.
 #[test]
 fn a_lost_device_is_reported_and_the_model_loads_again() {
-    let load = || {
-        let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
-        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-            .unwrap()
-            .0
+    let load = || crate::common::load_gpu(&model_path());
+    let opts = SessionOptions {
+        max_context: 32,
+        kv: KvFormat::Int8,
+        ..Default::default()
     };
     let m = load();
-    let mut s = GpuSession::new(
-        &m,
-        SessionOptions {
-            max_context: 32,
-            kv: KvFormat::Int8,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
-        },
-    )
-    .unwrap();
+    let mut s = GpuSession::new(&m, opts.clone()).unwrap();
     m.gpu.device.destroy();
     let e = pollster::block_on(GpuBackend::new(&m, &mut s).forward(&PROMPT, Want::logits()))
         .unwrap_err()
@@ -337,17 +309,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
         "{e}"
     );
     let m2 = load();
-    let mut s2 = GpuSession::new(
-        &m2,
-        SessionOptions {
-            max_context: 32,
-            kv: KvFormat::Int8,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
-        },
-    )
-    .unwrap();
+    let mut s2 = GpuSession::new(&m2, opts).unwrap();
     assert!(
         pollster::block_on(GpuBackend::new(&m2, &mut s2).forward(&PROMPT, Want::logits())).is_ok()
     );
@@ -360,18 +322,9 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
 #[test]
 fn decode_steps_create_nothing_and_equal_the_immediate_path() {
     // A model of its own: the shared one's counter counts the other tests' objects.
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).unwrap();
-    let own = pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-        .unwrap()
-        .0;
+    let own = crate::common::load_gpu(&model_path());
     let m = &own;
-    let opts = SessionOptions {
-        max_context: 256,
-        kv: KvFormat::F32,
-        chunk: 64,
-        cpu_memory: None,
-        session_memory: None,
-    };
+    let opts = crate::common::f32_session();
     let mut s = GpuSession::new(m, opts).unwrap();
     s.warm(m).unwrap();
     let ids = [1u32, 7, 42];

@@ -10,15 +10,13 @@ use crate::common;
 use common::{cpu_model, model_path};
 // The mask computed before the step is submitted (the trait's `forward_masked`),
 // against the GPU's split step (computed while the layers run).
-use common::plain::Plain as MaskFirst;
+use common::plain::Through;
 use pippin::engine::{
-    self, Backend, CpuBackend, CpuState, FinishReason, GenerateOptions, GpuBackend, GpuModel,
-    GpuSession, Logits, SessionOptions, Want,
+    self, Backend, CpuBackend, CpuState, FinishReason, GenerateOptions, GpuBackend, GpuSession,
+    Logits, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
-use pippin::gpu::{Caps, Gpu};
 use pippin::guided::ResponseFormat;
-use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::{Message, Tokenizer};
 use pippin::{Error, Result};
@@ -366,38 +364,7 @@ fn unsupported_keywords_strict_and_lenient() {
     assert_eq!(finish, FinishReason::Stop);
 }
 
-fn gpu_model() -> &'static GpuModel {
-    static M: OnceLock<GpuModel> = OnceLock::new();
-    M.get_or_init(|| {
-        let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-            .expect("model uploads")
-            .0
-    })
-}
-
-/// The GPU session asked for full logits only: the generate loop masks them on the CPU.
-struct FullLogits<B>(B);
-
-impl<B: Backend> Backend for FullLogits<B> {
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        let l = self.0.forward(tokens, Want::logits()).await?;
-        assert!(want.mask.is_some(), "a guided step carries its mask");
-        Ok(l)
-    }
-    fn tokens(&self) -> &[u32] {
-        self.0.tokens()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.0.truncate(len)
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.0.log_probs(tokens).await
-    }
-    fn context_length(&self) -> usize {
-        self.0.context_length()
-    }
-}
+use crate::common::gpu_model;
 
 /// The three ways a guided GPU step can be masked pick the same tokens (greedy and
 /// seeded sampling), and the reply is valid JSON: the mask computed while the device
@@ -411,10 +378,7 @@ fn gpu_masks_pick_what_the_cpu_mask_picks() {
     let session = || {
         let o = SessionOptions {
             max_context: 256,
-            kv: KvFormat::F32,
-            chunk: 64,
-            cpu_memory: None,
-            session_memory: None,
+            ..crate::common::f32_session()
         };
         GpuSession::new(m, o).unwrap()
     };
@@ -431,8 +395,18 @@ fn gpu_masks_pick_what_the_cpu_mask_picks() {
         o.sampler.top_k = 64;
         let (mut s1, mut s2, mut s3) = (session(), session(), session());
         let on_gpu = run(&mut GpuBackend::new(m, &mut s1), &prompt, &o).unwrap();
-        let first = run(&mut MaskFirst(GpuBackend::new(m, &mut s2)), &prompt, &o).unwrap();
-        let on_cpu = run(&mut FullLogits(GpuBackend::new(m, &mut s3)), &prompt, &o).unwrap();
+        let first = run(
+            &mut Through::plain(GpuBackend::new(m, &mut s2)),
+            &prompt,
+            &o,
+        )
+        .unwrap();
+        let on_cpu = run(
+            &mut Through::full_logits(GpuBackend::new(m, &mut s3)),
+            &prompt,
+            &o,
+        )
+        .unwrap();
         let t = temperature;
         assert_eq!(
             on_gpu.2, first.2,

@@ -141,14 +141,10 @@ fn check_on(
     let step = c.step(t, 0);
     c.run(|pass| {
         let io = Io {
-            x: &xb,
-            x_stride: cols,
-            y: &yb,
-            y_stride: rows,
-            y_offset: 0,
             accumulate,
             scale: epilogue(accumulate).0,
             cap: epilogue(accumulate).1,
+            ..Io::new((&xb, cols), (&yb, rows))
         };
         matmul::matmul(kernels, pass, &step, &m, &io, t).unwrap();
     });
@@ -177,14 +173,7 @@ fn gemv_every_format_awkward_shapes() {
 fn gemv_with_wide_rows_per_thread_group() {
     // The shape real GPUs get (16 threads per row) besides the software one (4).
     let c = ctx();
-    let k = Kernels::with_tuning(
-        &c.gpu,
-        Tuning {
-            gemv_tpr: 16,
-            subgroup_size: 0,
-            rowwise_gemm: false,
-        },
-    );
+    let k = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
     for ty in TYPES {
         check_on(c, &k, ty, 129, 576, 1, None, false);
         check_on(c, &k, ty, 33, 32, 1, None, true);
@@ -227,14 +216,11 @@ fn check_tokens_bitwise(
         let step = c.step(tokens, 0);
         c.run(|pass| {
             let io = Io {
-                x: &xb,
-                x_stride: xs,
-                y: &yb,
-                y_stride: ys,
                 y_offset: off,
                 accumulate,
                 scale: epilogue(accumulate).0,
                 cap: epilogue(accumulate).1,
+                ..Io::new((&xb, xs), (&yb, ys))
             };
             match kind {
                 Gemv::Plain => matmul::gemv(kernels, pass, &step, &m, &io, tokens).unwrap(),
@@ -458,14 +444,8 @@ fn strided_output_lands_at_the_offset() {
     let step = c.step(t, 0);
     c.run(|pass| {
         let io = |off| Io {
-            x: &xb,
-            x_stride: cols,
-            y: &yb,
-            y_stride: a + b,
             y_offset: off,
-            accumulate: false,
-            scale: 1.0,
-            cap: 0.0,
+            ..Io::new((&xb, cols), (&yb, a + b))
         };
         matmul::gemm(&c.k, pass, (&step, false), &ma, &io(0), t).unwrap();
         matmul::gemm(&c.k, pass, (&step, false), &mb, &io(a), t).unwrap();
@@ -573,14 +553,10 @@ fn check_norm_gemv(
     let eps = 1e-6;
     c.run(|pass| {
         let io = Io {
-            x: &xb,
-            x_stride: cols,
-            y: &yb,
-            y_stride: rows,
-            y_offset: 0,
             accumulate,
             scale: epilogue(accumulate).0,
             cap: epilogue(accumulate).1,
+            ..Io::new((&xb, cols), (&yb, rows))
         };
         let norm = NormIn {
             weights: &gb,
@@ -611,14 +587,7 @@ fn check_norm_gemv(
 #[test]
 fn norm_folded_into_gemv_every_format() {
     let c = ctx();
-    let wide = Kernels::with_tuning(
-        &c.gpu,
-        Tuning {
-            gemv_tpr: 16,
-            subgroup_size: 0,
-            rowwise_gemm: false,
-        },
-    );
+    let wide = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
     for ty in TYPES {
         for (i, (rows, cols)) in [(1, 32), (37, 96), (129, 576), (300, 64)]
             .into_iter()
@@ -646,14 +615,7 @@ fn gemvs_over_rows_wider_than_the_stage() {
 #[test]
 fn norm_gemv_with_the_gated_epilogue() {
     let c = ctx();
-    let wide = Kernels::with_tuning(
-        &c.gpu,
-        Tuning {
-            gemv_tpr: 16,
-            subgroup_size: 0,
-            rowwise_gemm: false,
-        },
-    );
+    let wide = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
     for ty in TYPES {
         for act in [Activation::Silu, Activation::GeluTanh] {
             check_norm_gemv(&c.k, ty, 7, 96, Some(act), false, None);
@@ -711,14 +673,8 @@ fn check_stacked(c: &Ctx, ty: Kind, cols: usize, rows: [usize; 3], expect_one: b
         c.run(|pass| {
             for (m, off) in s.mats() {
                 let io = Io {
-                    x: &xb,
-                    x_stride: cols,
-                    y: &yb,
-                    y_stride: total,
                     y_offset: off,
-                    accumulate: false,
-                    scale: 1.0,
-                    cap: 0.0,
+                    ..Io::new((&xb, cols), (&yb, total))
                 };
                 matmul::matmul(&c.k, pass, &step, m, &io, t).unwrap();
             }

@@ -22,6 +22,7 @@ mod gpu_model;
 mod guided;
 mod kernels_matmul;
 mod kernels_other;
+mod layers;
 mod logprobs;
 mod palettized;
 mod pipelined;

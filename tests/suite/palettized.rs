@@ -11,8 +11,8 @@ use pippin::adapters::{self, fixture, fixture::FixtureSpec};
 use pippin::convert::{self, Bits, Options, Report};
 use pippin::engine::perplexity::{perplexity, Perplexity};
 use pippin::engine::{
-    generate, Backend, CpuSession, Engine, GenerateOptions, GpuAdapter, GpuBackend, GpuModel,
-    GpuSession, Logits, SessionOptions, Want,
+    generate, Backend, Engine, GenerateOptions, GpuBackend, GpuLoraAdapter, GpuModel, GpuSession,
+    Logits, ReferenceSession, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::model::load_reference;
@@ -145,7 +145,7 @@ fn answers(path: &Path, m: &GpuModel, question: &str) -> (String, String) {
     });
     let (_, r) = load_reference(path).unwrap();
     let cpu = run(&mut |out| {
-        let mut s = CpuSession::new(&r);
+        let mut s = ReferenceSession::new(&r);
         pollster::block_on(generate(&mut s, &tk, &prompt, &opts, |p, _| {
             out.push_str(p);
             true
@@ -207,7 +207,7 @@ fn lora_adapters_work_on_palettized_weights() {
     let adapter = adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
     let prompt = &tokens(path, 9);
 
-    let ga = GpuAdapter::upload(&m.gpu, &adapter).unwrap();
+    let ga = GpuLoraAdapter::upload(&m.gpu, &adapter).unwrap();
     let opts = SessionOptions {
         max_context: 64,
         kv: KvFormat::F32,
@@ -280,7 +280,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     let m = gpu_model(path);
     let f32_kv = gpu_perplexity(&m, path, KvFormat::F32, 32);
     let (_, r) = load_reference(path).unwrap();
-    let mut s = CpuSession::new(&r);
+    let mut s = ReferenceSession::new(&r);
     let cpu = pollster::block_on(perplexity(&mut s, &tokens(path, 32), 128, 64)).unwrap();
     assert!(
         (f32_kv.nll - cpu.nll).abs() < 2e-3,

@@ -9,16 +9,14 @@ use crate::common;
 
 use common::model_path;
 // A backend seen one step at a time (`chains` is false).
-use common::plain::Plain as OneAtATime;
+use common::plain::{Fail, Through};
 use pippin::engine::{
-    self, Backend, FinishReason, GenerateOptions, GpuBackend, GpuModel, GpuSession, Logits,
-    SessionOptions, Want,
+    self, Backend, FinishReason, GenerateOptions, GpuBackend, GpuModel, GpuSession, SessionOptions,
 };
 use pippin::gpu::{Caps, Gpu};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::Tokenizer;
-use pippin::Result;
 use std::sync::OnceLock;
 
 fn model() -> &'static (GpuModel, Tokenizer) {
@@ -79,7 +77,7 @@ fn both(prompt: &str, opts: &GenerateOptions, max_context: usize) -> (Run, Run) 
     assert!(b1.chains());
     let piped = generate(&mut b1, &ids, opts);
     let mut s2 = session(max_context);
-    let mut b2 = OneAtATime(GpuBackend::new(m, &mut s2));
+    let mut b2 = Through::plain(GpuBackend::new(m, &mut s2));
     assert!(!b2.chains());
     let stepped = generate(&mut b2, &ids, opts);
     (piped, stepped)
@@ -155,47 +153,6 @@ fn max_tokens_stop_strings_and_a_full_context_end_exactly() {
     }
 }
 
-/// A GPU backend whose `fail_at`-th read of a picked token fails once.
-struct FlakyRead<'a> {
-    inner: GpuBackend<'a>,
-    reads: usize,
-    fail_at: usize,
-}
-
-impl Backend for FlakyRead<'_> {
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.inner.forward(tokens, want).await
-    }
-    fn tokens(&self) -> &[u32] {
-        self.inner.tokens()
-    }
-    fn truncate(&mut self, len: usize) {
-        self.inner.truncate(len)
-    }
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.inner.log_probs(tokens).await
-    }
-    fn context_length(&self) -> usize {
-        self.inner.context_length()
-    }
-    fn chains(&self) -> bool {
-        true
-    }
-    fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
-        self.inner.submit(tokens, want)
-    }
-    async fn chosen(&mut self) -> Result<u32> {
-        self.reads += 1;
-        if self.reads == self.fail_at {
-            return Err(pippin::Error::gpu("the read-back failed"));
-        }
-        self.inner.chosen().await
-    }
-    fn cancel(&mut self) {
-        self.inner.cancel()
-    }
-}
-
 /// A failed read mid-reply is an error; retrying goes on one step at a time from the
 /// last token handled and writes the same greedy text.
 #[test]
@@ -208,11 +165,7 @@ fn a_failed_read_is_an_error_and_a_retry_goes_on() {
     let (want, _) = both("The capital of France is", &opts, 256);
     let ids = tk.encode_prompt("The capital of France is", false).unwrap();
     let mut s = session(256);
-    let mut b = FlakyRead {
-        inner: GpuBackend::new(m, &mut s),
-        reads: 0,
-        fail_at: 4,
-    };
+    let mut b = Through::failing(GpuBackend::new(m, &mut s), Fail::Read(4));
     let mut g = pollster::block_on(engine::Generation::start(&mut b, tk, &ids, &opts)).unwrap();
     let (mut text, mut errors) = (String::new(), 0);
     loop {

@@ -8,11 +8,10 @@ use crate::common;
 use common::llama_cpp::sure_prefix;
 use common::{gemma_path, ids, models_file, synthetic, testdata};
 use pippin::engine::{
-    generate, Backend, CpuSession, GenerateOptions, GpuBackend, GpuFootprint, GpuModel, GpuSession,
-    Logits, SessionOptions, Want,
+    generate, Backend, GenerateOptions, GpuBackend, GpuFootprint, GpuModel, GpuSession, Logits,
+    ReferenceSession, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
-use pippin::gpu::{Caps, Gpu};
 use pippin::model::{load_reference, KvCache, Reference};
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::argmax;
@@ -20,12 +19,7 @@ use pippin::testing::max_abs_diff;
 use pippin::tokenizer::Tokenizer;
 use std::path::Path;
 
-fn gpu_model(path: &Path) -> GpuModel {
-    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-    pollster::block_on(GpuModel::load_file(gpu, path, &mut |_, _| {}))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .0
-}
+use crate::common::load_gpu as gpu_model;
 
 fn session(m: &GpuModel, kv: KvFormat, chunk: usize) -> GpuSession {
     let opts = SessionOptions {
@@ -108,7 +102,7 @@ fn texts(path: &Path, m: &GpuModel, r: &Reference, prompt: &str) -> (String, Str
     .unwrap();
     let mut cpu = String::new();
     pollster::block_on(generate(
-        &mut CpuSession::new(r),
+        &mut ReferenceSession::new(r),
         &tk,
         &ids,
         &opts,
@@ -281,10 +275,7 @@ fn decode_plans_on_both_sides_of_the_one_pass_limit() {
         .unwrap();
     let opts = SessionOptions {
         max_context: 4096,
-        kv: KvFormat::F32,
-        chunk: 64,
-        cpu_memory: None,
-        session_memory: None,
+        ..crate::common::f32_session()
     };
     let mut s = GpuSession::new(&m, opts).unwrap();
     let mut b = GpuBackend::new(&m, &mut s);

@@ -272,7 +272,9 @@ mod default_model {
     use pippin::adapters::fixture::{self, FixtureSpec};
     use pippin::convert::{self, Bits};
     use pippin::engine::perplexity::perplexity;
-    use pippin::engine::{generate, Backend, CpuSession, Engine, GenerateOptions, SessionOptions};
+    use pippin::engine::{
+        generate, Backend, Engine, GenerateOptions, ReferenceSession, SessionOptions,
+    };
     use pippin::gguf::Gguf;
     use pippin::model::KvCache;
     use pippin::quant::kv::KvFormat;
@@ -380,10 +382,16 @@ mod default_model {
         o: &GenerateOptions,
     ) -> Vec<u32> {
         let mut t = Vec::new();
-        pollster::block_on(generate(&mut CpuSession::new(r), tk, ids, o, |_, id| {
-            t.push(id);
-            true
-        }))
+        pollster::block_on(generate(
+            &mut ReferenceSession::new(r),
+            tk,
+            ids,
+            o,
+            |_, id| {
+                t.push(id);
+                true
+            },
+        ))
         .unwrap();
         t
     }
@@ -406,7 +414,7 @@ mod default_model {
     }
 
     fn reference_nll(r: &pippin::model::Reference, toks: &[u32]) -> f64 {
-        let mut s = CpuSession::new(r);
+        let mut s = ReferenceSession::new(r);
         pollster::block_on(perplexity(&mut s, toks, 64, 64))
             .unwrap()
             .nll
@@ -496,7 +504,7 @@ mod default_model {
             max_tokens: 6,
             ..Default::default()
         };
-        let want = greedy(&mut CpuSession::new(&with), &tk, &ids, &opts);
+        let want = greedy(&mut ReferenceSession::new(&with), &tk, &ids, &opts);
         let so = SessionOptions {
             max_context: 128,
             kv: KvFormat::F32,
@@ -518,7 +526,7 @@ mod default_model {
             let got = pollster::block_on(perplexity(&mut b, short, 16, 16))
                 .unwrap()
                 .nll;
-            let mut s = CpuSession::new(r);
+            let mut s = ReferenceSession::new(r);
             let want = pollster::block_on(perplexity(&mut s, short, 16, 16))
                 .unwrap()
                 .nll;

@@ -9,7 +9,7 @@
 use crate::common;
 
 use pippin::engine::{
-    self, Backend, FinishReason, GenerateOptions, GpuAdapter, GpuBackend, GpuModel, GpuSession,
+    self, Backend, FinishReason, GenerateOptions, GpuBackend, GpuLoraAdapter, GpuModel, GpuSession,
     Logits, SessionOptions, Speculation, Usage, Want,
 };
 use pippin::gpu::{Caps, Gpu};
@@ -52,7 +52,7 @@ fn full(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
 
 /// A check of `more` and one-token steps agree bit for bit, and again after the
 /// cache is cut back into the checked positions (guesses that were not kept).
-fn check_against_steps(what: &str, m: &GpuModel, adapter: Option<&GpuAdapter>, kv: KvFormat) {
+fn check_against_steps(what: &str, m: &GpuModel, adapter: Option<&GpuLoraAdapter>, kv: KvFormat) {
     let prompt = [504u32, 3575, 282, 4649, 314];
     let more = [260u32, 3575, 282, 4649, 314, 2114, 30, 28];
     let (mut s1, mut s2) = (session(m, kv), session(m, kv));
@@ -107,7 +107,7 @@ fn a_gpu_check_is_one_token_steps_bit_for_bit() {
     check_against_steps("default model", &m, None, KvFormat::Int8);
     let (config, weights) = common::rank8_adapter();
     let a = pippin::adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
-    let ga = GpuAdapter::upload(&m.gpu, &a).unwrap();
+    let ga = GpuLoraAdapter::upload(&m.gpu, &a).unwrap();
     let what = "default model + rank-8 adapter";
     check_against_steps(what, &m, Some(&ga), KvFormat::F32);
     // QK-norm, sliding-window rings, post-norms, GeGLU, K-quants, a 262K-token head.

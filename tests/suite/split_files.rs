@@ -8,8 +8,8 @@ use crate::common;
 
 use common::{model_path, models_file, pippin_cli};
 use pippin::engine::{
-    Backend, CpuBackend, CpuModel, CpuSession, CpuState, Engine, GpuBackend, GpuModel, GpuSession,
-    Logits, SessionOptions, Want,
+    Backend, CpuBackend, CpuModel, CpuState, Engine, GpuBackend, GpuModel, GpuSession, Logits,
+    ReferenceSession, SessionOptions, Want,
 };
 use pippin::gguf::split::{shard_names, Shards};
 use pippin::gguf::ReadSource;
@@ -186,7 +186,7 @@ fn the_cli_runs_a_split_model_from_its_first_file() {
 fn the_reference_and_info_read_every_file_of_a_split_model() {
     let reference = |path: &PathBuf| {
         let (g, r) = pippin::model::load_reference(path).unwrap();
-        let mut s = CpuSession::new(&r);
+        let mut s = ReferenceSession::new(&r);
         match pollster::block_on(s.forward(&PROMPT, Want::logits())).unwrap() {
             Logits::Full(l) => (g.tensors.len(), l),
             Logits::Top(_) => unreachable!("full logits were asked for"),

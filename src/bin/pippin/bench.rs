@@ -106,16 +106,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
         // Decode, a speculative check (each weight decoded once for its tokens), a chunk.
         for tokens in [1, check, chunk] {
             let step = g.uniform("step", bytemuck::bytes_of(&Step::new(tokens, 0)));
-            let io = Io {
-                x: &x,
-                x_stride: w.cols,
-                y: &y,
-                y_stride: w.rows,
-                y_offset: 0,
-                accumulate: false,
-                scale: 1.0,
-                cap: 0.0,
-            };
+            let io = Io::new((&x, w.cols), (&y, w.rows));
             let fused = norm.filter(|_| tokens <= check);
             let ms = time(m, reps, &|pass| match fused {
                 Some(glu) => {
@@ -170,7 +161,7 @@ pub struct Rates {
 /// at a time, then pipelined), and the GPU objects the decode steps created, on the
 /// engine's session (its context must hold prompt + steps + 1).
 pub fn model(e: &mut Engine, prompt: usize, steps: usize) -> Result<Rates> {
-    let gpu_created = e.model()?.gpu.created.clone();
+    let gpu_created = e.require_gpu()?.gpu.created.clone();
     let mut s = e.backend()?;
     let created = || gpu_created.load(std::sync::atomic::Ordering::Relaxed);
     let (prefill, decode, created) = prefill_decode(&mut s, prompt, steps, created)?;
@@ -266,7 +257,7 @@ pub fn figures(
     e.parts()?.1.set_fused(true);
     let (recorded, unrecorded) = noop_step_us(path)?;
     Ok(Figures {
-        adapter: e.model()?.gpu.adapter.name.clone(),
+        adapter: e.require_gpu()?.gpu.adapter.name.clone(),
         model: path.display().to_string(),
         layers,
         dispatches_per_step: total,

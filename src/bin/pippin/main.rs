@@ -11,7 +11,8 @@ mod recover;
 use clap::{Args, Parser, Subcommand};
 use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
-    self, CpuSession, Engine, GenerateOptions, SessionOptions, Speculation, ToolChoice, ToolMode,
+    self, Engine, GenerateOptions, ReferenceSession, SessionOptions, Speculation, ToolChoice,
+    ToolMode,
 };
 use pippin::gguf::Gguf;
 use pippin::gpu::{Caps, Gpu};
@@ -417,7 +418,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
             let ad = read_adapter(dir, &model.config)?;
             pippin::adapters::merge_into(&mut model.weights, &ad);
         }
-        let mut session = CpuSession::new(&model);
+        let mut session = ReferenceSession::new(&model);
         let r = engine::generate_calls(&mut session, &tk, &prompt, &opts, calls, on_text);
         let (f, u, c) = pollster::block_on(r)?;
         (f, u, c, "CPU reference".to_string())
@@ -444,8 +445,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
         e.set_recovery(!a.no_recovery)?;
         let name = format!(
             "GPU {} ({})",
-            e.model()?.gpu.adapter.name,
-            e.model()?.gpu.adapter.backend
+            e.require_gpu()?.gpu.adapter.name,
+            e.require_gpu()?.gpu.adapter.backend
         );
         let mut b = e.backend()?;
         let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
@@ -512,7 +513,7 @@ fn run_bench(
     // Natively the file is local and the compile runs before the upload, not beside it.
     let load = serde_json::json!({
         "total_ms": t0.elapsed().as_secs_f64() * 1e3,
-        "header_compile_ms": engine.model()?.header_compile_ms,
+        "header_compile_ms": engine.require_gpu()?.header_compile_ms,
     });
     let memory = serde_json::json!({
         "load_heap_peak_bytes": pippin::memory::heap().peak_bytes - before.live_bytes,
@@ -521,7 +522,11 @@ fn run_bench(
     });
     let wants = |p: BenchPart| only.is_empty() || only.contains(&p);
     let kernels = match wants(BenchPart::Kernels) {
-        true => Some(bench::kernels(engine.model()?, reps, prompt.clamp(2, 64))?),
+        true => Some(bench::kernels(
+            engine.require_gpu()?,
+            reps,
+            prompt.clamp(2, 64),
+        )?),
         false => None,
     };
     let figures = match wants(BenchPart::Model) {
@@ -559,7 +564,7 @@ fn run_bench(
         println!("{v:#}");
         return Ok(());
     }
-    let a = &engine.model()?.gpu.adapter;
+    let a = &engine.require_gpu()?.gpu.adapter;
     println!(
         "adapter: {} ({}, {}; software: {}, subgroup size: {})",
         a.name, a.backend, a.driver, a.software, a.subgroup_size
@@ -567,7 +572,7 @@ fn run_bench(
     println!(
         "model: {} ({} MB of weights on the GPU)\n",
         path.display(),
-        engine.model()?.weight_bytes / 1_000_000
+        engine.require_gpu()?.weight_bytes / 1_000_000
     );
     if let Some(k) = &kernels {
         print_kernels(k);

@@ -3,7 +3,7 @@
 use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
-use pippin::engine::{CpuSession, Engine, SessionOptions};
+use pippin::engine::{Engine, ReferenceSession, SessionOptions};
 use pippin::gguf::Gguf;
 use pippin::quant::kv::KvFormat;
 use pippin::recover;
@@ -220,7 +220,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
             let ad = super::read_adapter(dir, &model.config)?;
             pippin::adapters::merge_into(&mut model.weights, &ad);
         }
-        let mut s = CpuSession::new(&model);
+        let mut s = ReferenceSession::new(&model);
         (
             pollster::block_on(perplexity(&mut s, &tokens, a.window, a.stride))?,
             "CPU reference".to_string(),
@@ -233,7 +233,7 @@ pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
         };
         let mut e = super::load_engine(&a.model, a.adapter.as_deref(), so, None)?;
         e.set_recovery(!a.no_recovery)?;
-        let name = format!("GPU {}, KV {:?}", e.model()?.gpu.adapter.name, a.kv);
+        let name = format!("GPU {}, KV {:?}", e.require_gpu()?.gpu.adapter.name, a.kv);
         let mut b = e.backend()?;
         (
             pollster::block_on(perplexity(&mut b, &tokens, a.window, a.stride))?,

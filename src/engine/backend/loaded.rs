@@ -3,8 +3,8 @@
 //! reached through a trait, so the engine never names a backend.
 
 use super::AnyBackend;
-use crate::adapters::Adapter;
 use crate::error::Result;
+use crate::model::lora::Adapter;
 use crate::model::Config;
 use std::any::Any;
 use std::future::Future;

@@ -33,6 +33,17 @@ impl Default for SessionOptions {
 }
 
 impl SessionOptions {
+    /// The browser's defaults: a context of 2048 tokens (a page shares the device's
+    /// memory with everything else the user runs) and the CPU backend held to what a
+    /// wasm32 instance can still address (`addressable` bytes).
+    pub fn in_browser(addressable: u64) -> Self {
+        SessionOptions {
+            max_context: 2048,
+            cpu_memory: Some(addressable),
+            ..Default::default()
+        }
+    }
+
     /// The prefix cache's budget for a model of config `c`.
     pub fn snapshot_budget(&self, c: &crate::model::Config) -> u64 {
         let context = self.max_context.min(c.context_length) as u64;

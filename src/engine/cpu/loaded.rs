@@ -2,11 +2,11 @@
 //! its conversation, and adapters kept as parsed (f32).
 
 use super::{CpuBackend, CpuModel, CpuSnapshot, CpuState};
-use crate::adapters::Adapter;
 use crate::engine::backend::{
     next_adapter_id, AnyBackend, BackendKind, KvSnapshot, LoadedAdapter, LoadedModel,
 };
 use crate::error::{Error, Result};
+use crate::model::lora::Adapter;
 use crate::model::Config;
 use std::any::Any;
 use std::future::Future;

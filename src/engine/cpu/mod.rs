@@ -2,7 +2,7 @@
 //! quantized form (`QMatrix`), with 16-bit activations and integer dot products where
 //! the format allows (wasm SIMD128 in the browser). It runs where WebGPU is missing or
 //! only a software adapter exists, and natively with `pippin generate --cpu`.
-//! `CpuSession` runs the f32 reference itself (the ground truth of tests).
+//! `ReferenceSession` runs the f32 reference itself (the ground truth of tests).
 
 pub mod dot;
 mod footprint;
@@ -261,14 +261,14 @@ impl<M: Linear> Backend for CpuBackend<'_, M> {
 }
 
 /// The f32 reference as a generation backend (tests, `pippin quality`).
-pub struct CpuSession<'m> {
+pub struct ReferenceSession<'m> {
     model: &'m Reference,
     state: CpuState,
 }
 
-impl<'m> CpuSession<'m> {
+impl<'m> ReferenceSession<'m> {
     pub fn new(model: &'m Reference) -> Self {
-        CpuSession {
+        ReferenceSession {
             model,
             state: CpuState::default(),
         }
@@ -279,7 +279,7 @@ impl<'m> CpuSession<'m> {
     }
 }
 
-impl Backend for CpuSession<'_> {
+impl Backend for ReferenceSession<'_> {
     async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
         self.backend().forward(tokens, want).await
     }

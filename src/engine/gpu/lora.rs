@@ -16,7 +16,7 @@ pub struct GpuLora {
     pub rank: usize,
 }
 
-pub struct GpuAdapter {
+pub struct GpuLoraAdapter {
     /// Unique per upload: a session's KV cache is valid for one adapter only.
     pub id: u64,
     pub rank: usize,
@@ -80,8 +80,8 @@ fn upload_lora(gpu: &Gpu, l: &Lora) -> Result<GpuLora> {
     Ok(GpuLora { a, b, rank })
 }
 
-impl GpuAdapter {
-    pub fn upload(gpu: &Gpu, adapter: &Adapter) -> Result<GpuAdapter> {
+impl GpuLoraAdapter {
+    pub fn upload(gpu: &Gpu, adapter: &Adapter) -> Result<GpuLoraAdapter> {
         let mut layers = Vec::with_capacity(adapter.layers.len());
         for l in &adapter.layers {
             let mut out: PerProj<Option<GpuLora>> = Default::default();
@@ -98,7 +98,7 @@ impl GpuAdapter {
             .flat_map(|l| l.iter().filter_map(|(_, g)| g.as_ref()))
             .map(|l| l.a.bytes() + l.b.bytes())
             .sum();
-        Ok(GpuAdapter {
+        Ok(GpuLoraAdapter {
             id: crate::engine::backend::next_adapter_id(),
             rank: adapter.rank,
             layers,

@@ -1,13 +1,13 @@
 //! The GPU backend: the model's weights uploaded in their formats (`GpuModel`), a
 //! conversation's KV cache and activations with its decode step recorded once and
-//! replayed (`GpuSession`), LoRA adapters as GPU matrices (`GpuAdapter`), and the
+//! replayed (`GpuSession`), LoRA adapters as GPU matrices (`GpuLoraAdapter`), and the
 //! three as the engine holds them (`GpuLoaded`, a `LoadedModel`).
 
 mod lora;
 mod model;
 pub(crate) mod session;
 
-pub use lora::{GpuAdapter, GpuLora};
+pub use lora::{GpuLora, GpuLoraAdapter};
 pub use model::{GpuLayer, GpuModel};
 pub use session::{GpuBackend, GpuFootprint, GpuSession, GpuSnapshot};
 
@@ -25,7 +25,7 @@ pub struct GpuLoaded {
     pub session: Box<GpuSession>,
 }
 
-impl LoadedAdapter for GpuAdapter {
+impl LoadedAdapter for GpuLoraAdapter {
     fn id(&self) -> u64 {
         self.id
     }
@@ -69,7 +69,7 @@ impl LoadedModel for GpuLoaded {
     }
     fn backend<'a>(&'a mut self, adapter: Option<&'a dyn LoadedAdapter>) -> AnyBackend<'a> {
         // An adapter another backend made is none of this one's (`upload` made ours).
-        let adapter = adapter.and_then(|a| (a as &dyn Any).downcast_ref::<GpuAdapter>());
+        let adapter = adapter.and_then(|a| (a as &dyn Any).downcast_ref::<GpuLoraAdapter>());
         Box::new(GpuBackend::with_adapter(
             &self.model,
             &mut self.session,
@@ -77,7 +77,7 @@ impl LoadedModel for GpuLoaded {
         ))
     }
     fn upload(&self, adapter: Adapter) -> Result<Box<dyn LoadedAdapter>> {
-        Ok(Box::new(GpuAdapter::upload(&self.model.gpu, &adapter)?))
+        Ok(Box::new(GpuLoraAdapter::upload(&self.model.gpu, &adapter)?))
     }
     fn warm(&mut self) -> Result<()> {
         self.session.warm(&self.model)

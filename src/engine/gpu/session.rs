@@ -2,7 +2,7 @@
 //! command buffer per decode step; prefill in chunks; only the sampled candidates
 //! (or, for tests, the logits) are read back.
 
-use super::lora::GpuAdapter;
+use super::lora::GpuLoraAdapter;
 use super::model::GpuModel;
 use crate::engine::backend::{Backend, LateMask, Logits, SessionOptions, Want};
 use crate::error::{Error, Result};
@@ -203,7 +203,7 @@ impl GpuSession {
     pub fn decode_dispatch_counts(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
     ) -> Result<(usize, usize)> {
         let total = self.decode_plan(m, adapter, 0)?.0.len();
         let outside = m
@@ -256,7 +256,7 @@ impl GpuSession {
     fn decode_plan(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         pos: usize,
     ) -> Result<(&Plan, usize)> {
         let split = !attention::one_pass(pos + 1);
@@ -286,7 +286,7 @@ impl GpuSession {
     fn check_plan(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         n: usize,
     ) -> Result<(&Plan, usize)> {
         let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
@@ -310,7 +310,7 @@ impl GpuSession {
     pub fn decode_dispatches(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
     ) -> Result<usize> {
         Ok(self.decode_plan(m, adapter, 0)?.0.len())
     }
@@ -394,7 +394,7 @@ impl GpuSession {
     async fn run(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         tokens: &[u32],
         want: Want<'_>,
         mut late: Option<LateMask<'_>>,
@@ -447,7 +447,7 @@ impl GpuSession {
     async fn log_probs(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         tokens: &[u32],
     ) -> Result<Vec<f32>> {
         self.abandon();
@@ -481,14 +481,9 @@ impl GpuSession {
                     NormOut::default(),
                 )?;
                 let io = Io {
-                    x: &b.h,
-                    x_stride: c.hidden,
-                    y: &scores,
-                    y_stride: c.vocab_size,
-                    y_offset: 0,
-                    accumulate: false,
                     scale: c.logit_scale,
                     cap: c.final_softcap,
+                    ..Io::new((&b.h, c.hidden), (&scores, c.vocab_size))
                 };
                 matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
             }
@@ -525,7 +520,7 @@ impl GpuSession {
     async fn verify(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         tokens: &[u32],
     ) -> Result<Vec<Vec<f32>>> {
         self.abandon();
@@ -609,7 +604,7 @@ impl GpuSession {
     fn encode_chunk(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         (n, pos0): (usize, usize),
         want: Option<&Want<'_>>,
         part: Part,
@@ -654,7 +649,7 @@ impl GpuSession {
     async fn run_chunk(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         tokens: &[u32],
         want: Option<&Want<'_>>,
         late: Option<LateMask<'_>>,
@@ -725,7 +720,7 @@ enum Part {
 pub struct GpuBackend<'a> {
     model: &'a GpuModel,
     session: &'a mut GpuSession,
-    adapter: Option<&'a GpuAdapter>,
+    adapter: Option<&'a GpuLoraAdapter>,
 }
 
 impl<'a> GpuBackend<'a> {
@@ -739,7 +734,7 @@ impl<'a> GpuBackend<'a> {
     pub fn with_adapter(
         model: &'a GpuModel,
         session: &'a mut GpuSession,
-        adapter: Option<&'a GpuAdapter>,
+        adapter: Option<&'a GpuLoraAdapter>,
     ) -> Self {
         let id = adapter.map_or(0, |a| a.id);
         if session.adapter_id != id {

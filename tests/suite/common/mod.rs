@@ -65,6 +65,36 @@ pub fn cpu_model() -> &'static pippin::engine::CpuModel {
     M.get_or_init(|| load_cpu(&model_path(), None))
 }
 
+/// The GPU model of the file at `path` (loaded anew).
+pub fn load_gpu(path: &std::path::Path) -> pippin::engine::GpuModel {
+    use pippin::gpu::{Caps, Gpu};
+    let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
+    pollster::block_on(pippin::engine::GpuModel::load_file(
+        gpu,
+        path,
+        &mut |_, _| {},
+    ))
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    .0
+}
+
+/// The default model on the GPU, loaded once for the suite.
+pub fn gpu_model() -> &'static pippin::engine::GpuModel {
+    static M: OnceLock<pippin::engine::GpuModel> = OnceLock::new();
+    M.get_or_init(|| load_gpu(&model_path()))
+}
+
+/// A GPU session's options as the tests compare against the f32 reference: f32 KV,
+/// 256 tokens, chunks of 64.
+pub fn f32_session() -> pippin::engine::SessionOptions {
+    pippin::engine::SessionOptions {
+        max_context: 256,
+        kv: pippin::quant::kv::KvFormat::F32,
+        chunk: 64,
+        ..Default::default()
+    }
+}
+
 pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .expect("array")

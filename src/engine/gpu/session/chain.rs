@@ -7,7 +7,7 @@
 
 use super::{GpuSession, Part};
 use crate::engine::backend::Want;
-use crate::engine::gpu::lora::GpuAdapter;
+use crate::engine::gpu::lora::GpuLoraAdapter;
 use crate::engine::gpu::GpuModel;
 use crate::error::{Error, Result};
 
@@ -31,7 +31,7 @@ impl GpuSession {
     pub(super) fn submit(
         &mut self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         tokens: &[u32],
         want: &Want<'_>,
     ) -> Result<()> {

@@ -3,7 +3,7 @@
 //! the output head. Recorded into a plan for decode steps, encoded for chunks.
 
 use super::GpuSession;
-use crate::engine::gpu::lora::{GpuAdapter, GpuLora};
+use crate::engine::gpu::lora::{GpuLora, GpuLoraAdapter};
 use crate::engine::gpu::GpuModel;
 use crate::error::{Error, Result};
 use crate::kernels::attention;
@@ -45,16 +45,7 @@ impl GpuSession {
     /// y += B·(A·x): a LoRA update onto what `io` describes (its `accumulate` ignored).
     fn lora(&self, m: &GpuModel, pass: &mut Pass, l: &GpuLora, io: &Io, n: usize) -> Result<()> {
         let (k, step, t) = (&m.kernels, &self.b.step, &self.b.lora_t);
-        let a_io = Io {
-            x: io.x,
-            x_stride: io.x_stride,
-            y: t,
-            y_stride: l.rank,
-            y_offset: 0,
-            accumulate: false,
-            scale: 1.0,
-            cap: 0.0,
-        };
+        let a_io = Io::new((io.x, io.x_stride), (t, l.rank));
         matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
         let b_io = Io {
             x: t,
@@ -86,14 +77,8 @@ impl GpuSession {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
         let folded = self.decodes(n);
         let io = |y_offset| Io {
-            x: if folded { &b.x } else { &b.h },
-            x_stride: c.hidden,
-            y,
-            y_stride,
             y_offset,
-            accumulate: false,
-            scale: 1.0,
-            cap: 0.0,
+            ..Io::new((if folded { &b.x } else { &b.h }, c.hidden), (y, y_stride))
         };
         if folded {
             for (i, (mat, off)) in mats.mats().into_iter().enumerate() {
@@ -130,7 +115,7 @@ impl GpuSession {
     pub(super) fn encode_layers(
         &self,
         m: &GpuModel,
-        adapter: Option<&GpuAdapter>,
+        adapter: Option<&GpuLoraAdapter>,
         pass: &mut Pass,
         n: usize,
         pos0: usize,
@@ -185,14 +170,9 @@ impl GpuSession {
     ) -> Result<()> {
         let (y, accumulate) = self.residual(post);
         let io = Io {
-            x,
-            x_stride,
-            y,
-            y_stride: m.config.hidden,
-            y_offset: 0,
             accumulate,
             scale,
-            cap: 0.0,
+            ..Io::new((x, x_stride), (y, m.config.hidden))
         };
         self.project(m, pass, w, lora, &io, n)?;
         let (c, b) = (&m.config, &self.b);
@@ -239,14 +219,9 @@ impl GpuSession {
         )?;
         for (lo, off) in loras {
             let io = Io {
-                x: &b.h,
-                x_stride: c.hidden,
-                y: &b.qkv,
-                y_stride: stride,
                 y_offset: off,
                 accumulate: true,
-                scale: 1.0,
-                cap: 0.0,
+                ..Io::new((&b.h, c.hidden), (&b.qkv, stride))
             };
             self.lora(m, pass, lo, &io, n)?;
         }
@@ -318,14 +293,9 @@ impl GpuSession {
         };
         short_conv::short_conv(&m.kernels, pass, &b.step, h, c.conv_taps, &io)?;
         let io = Io {
-            x: &b.att,
-            x_stride: h,
-            y: &b.x,
-            y_stride: h,
-            y_offset: 0,
             accumulate: true,
             scale: c.block(l).residual_scale,
-            cap: 0.0,
+            ..Io::new((&b.att, h), (&b.x, h))
         };
         self.project(m, pass, &w.wo, lora(Proj::O), &io, n)
     }
@@ -363,14 +333,9 @@ impl GpuSession {
             )?;
             for (lo, off) in loras {
                 let io = Io {
-                    x: &b.h,
-                    x_stride: c.hidden,
-                    y: &b.gu,
-                    y_stride: 2 * f,
                     y_offset: off,
                     accumulate: true,
-                    scale: 1.0,
-                    cap: 0.0,
+                    ..Io::new((&b.h, c.hidden), (&b.gu, 2 * f))
                 };
                 self.lora(m, pass, lo, &io, n)?;
             }
@@ -394,14 +359,9 @@ impl GpuSession {
     ) -> Result<()> {
         let (c, b, k) = (&m.config, &self.b, &m.kernels);
         let io = |x| Io {
-            x,
-            x_stride: c.hidden,
-            y: &b.logits,
-            y_stride: c.vocab_size,
-            y_offset: 0,
-            accumulate: false,
             scale: c.logit_scale,
             cap: c.final_softcap,
+            ..Io::new((x, c.hidden), (&b.logits, c.vocab_size))
         };
         if self.decodes(n) && (n == 1 || all) {
             let norm = NormIn {
