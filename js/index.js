@@ -2,7 +2,7 @@
 // adds what JavaScript developers expect — async iterators and ReadableStreams,
 // AbortSignal, loading from URLs, Responses, Blobs and bytes, and Cache Storage.
 import init, { Engine, setGuidedLoader } from "./pippin_wasm.js";
-import { Session, prewarm } from "./session.js";
+import { sessionMethods } from "./session.js";
 import { Reply } from "./reply.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
@@ -620,23 +620,6 @@ export class Pippin {
     return new Reply(replyCalls(() => this.#engine, start), options.signal);
   }
 
-  /** A conversation of its own on this model (see session.js): `{ system, messages,
-   * tools, responseFormat, temperature, topK, …, adapter, overflow: "error"|"drop-oldest" }`. */
-  createSession(options = {}) {
-    return Session.create(this, options);
-  }
-
-  /** A session `session.save()` wrote, in this or a later page. */
-  restoreSession(bytes) {
-    return Session.restore(this, bytes);
-  }
-
-  /** Computes the keys and values of a conversation's start (`{ system, messages, tools }`)
-   * now, for every session that starts with it. */
-  prewarm(prefix) {
-    return prewarm(this, prefix);
-  }
-
   /** Runs what the KV cache lacks of `messages` (no reply): `{ cachedTokens, computedTokens }`. */
   async prefill(messages, options = {}) {
     return this.#engine.prefill(messages, generationOptions(options), options.adapter);
@@ -745,5 +728,7 @@ export class Pippin {
     return Pippin.evict(url);
   }
 }
+
+Object.assign(Pippin.prototype, sessionMethods);
 
 export default Pippin;

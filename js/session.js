@@ -269,3 +269,21 @@ export function prewarm(llm, prefix = {}) {
   if (!messages.length) throw new PippinError("BadOptions", "prewarm needs a system prompt or messages");
   return llm.prefill(messages, pick(prefix, ["tools", "adapter"]));
 }
+
+/** A model's session methods, the same on both entries (`pippin`, `pippin/worker`). */
+export const sessionMethods = {
+  /** A conversation of its own on this model (see `Session`): `{ system, messages,
+   * tools, responseFormat, temperature, topK, …, adapter, overflow: "error"|"drop-oldest" }`. */
+  createSession(options = {}) {
+    return Session.create(this, options);
+  },
+  /** A session `session.save()` wrote, in this or a later page. */
+  restoreSession(bytes) {
+    return Session.restore(this, bytes);
+  },
+  /** Computes the keys and values of a conversation's start (`{ system, messages, tools }`)
+   * now, for every session that starts with it. */
+  prewarm(prefix) {
+    return prewarm(this, prefix);
+  },
+};

@@ -67,16 +67,6 @@ const methods = {
     engine.release(replyId);
   },
   loadAdapter: (id, name, source) => llm.loadAdapter(name, source, { onProgress: (p) => postMessage({ id, progress: p }) }),
-  useAdapter: (id, name) => llm.useAdapter(name),
-  prefill: (id, messages, options) => llm.prefill(messages, options),
-  countTokens: (id, messages, options) => llm.countTokens(messages, options),
-  saveState: (id, messages, options) => llm.saveState(messages, options),
-  restoreState: (id, bytes) => llm.restoreState(bytes),
-  unloadAdapter: (id, name) => llm.unloadAdapter(name),
-  adapters: () => llm.adapters(),
-  stats: () => llm.stats(),
-  info: () => llm.info(),
-  reset: () => llm.reset(),
   // Later calls find no model: Disposed (see onmessage).
   dispose: async () => {
     await llm.dispose(); // refused (Busy) while a reply runs: the model stays
@@ -84,11 +74,19 @@ const methods = {
   },
 };
 
+/** Every other call is the model's method of that name, its arguments as they came. */
+function forward(method, args) {
+  if (method === "constructor" || typeof Pippin.prototype[method] !== "function") {
+    throw new PippinError("Internal", `pippin/worker has no method ${method}`);
+  }
+  return llm[method](...args);
+}
+
 onmessage = async (e) => {
   const { id, method, args } = e.data;
   try {
     if (method !== "load" && !llm) throw new PippinError("Disposed", "no model is loaded in this worker");
-    const value = await methods[method](id, ...args);
+    const value = await (Object.hasOwn(methods, method) ? methods[method](id, ...args) : forward(method, args));
     postMessage({ id, ok: true, value: value === undefined ? null : value });
   } catch (err) {
     postMessage({ id, ok: false, error: toWire(err) });

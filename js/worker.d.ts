@@ -1,31 +1,29 @@
-// `pippin/worker`: the same API as "pippin", with the engine in a Web Worker.
-// stats(), info() and reset() return Promises here (they cross to the worker).
-import type { AdapterFile, AdapterInfo, Chat, GenerateOptions, Info, LoadOptions, Message, ModelFile, Prefilled, Reply, Session, SessionOptions, Stats } from "./index.js";
+// `pippin/worker`: the same API as "pippin", with the engine in a Web Worker. Its types
+// are derived from index.d.ts (the one source): every method of a model answers a
+// Promise here, since it crosses to the worker (stats(), info(), reset(), adapters(),
+// useAdapter() and unloadAdapter() included); replies and chat stay as they are.
+import type { Pippin as InPage, Reply } from "./index.js";
 
 export * from "./index.js";
 
-export declare class Pippin {
-  static load(source: ModelFile | ModelFile[], options?: LoadOptions): Promise<Pippin>;
-  static cached(): Promise<{ url: string; bytes: number }[]>;
-  static evict(url: string | URL | (string | URL)[]): Promise<boolean>;
-  static deleteCached(url: string): Promise<boolean>;
-  generate(prompt: string, options?: GenerateOptions): Reply;
-  chat: Chat;
-  createSession(options?: SessionOptions): Promise<Session>;
-  restoreSession(bytes: Uint8Array | ArrayBuffer): Promise<Session>;
-  prewarm(prefix: { system?: string; messages?: (Message | string)[]; tools?: GenerateOptions["tools"]; adapter?: string | null }): Promise<Prefilled>;
-  prefill(messages: Message[], options?: GenerateOptions): Promise<Prefilled>;
-  countTokens(messages: Message[], options?: GenerateOptions): Promise<number>;
-  saveState(messages: Message[], options?: GenerateOptions): Promise<Uint8Array>;
-  restoreState(bytes: Uint8Array): Promise<number>;
-  loadAdapter(name: string, source: string | URL | { config: AdapterFile | object; weights: AdapterFile }): Promise<void>;
-  useAdapter(name: string | null): Promise<void>;
-  unloadAdapter(name: string): Promise<boolean>;
-  adapters(): Promise<AdapterInfo[]>;
-  stats(): Promise<Stats>;
-  info(): Promise<Info>;
-  reset(): Promise<void>;
-  dispose(): Promise<void>;
-}
+/** A method's result as the worker gives it. */
+type Crossed<R> = R extends Promise<unknown> | Reply ? R : Promise<R>;
+
+/** A model whose engine runs in a Web Worker. */
+export type Pippin = {
+  [K in keyof InPage]: K extends "chat"
+    ? InPage[K]
+    : InPage[K] extends (...args: infer A) => infer R
+      ? (...args: A) => Crossed<R>
+      : InPage[K];
+};
+
+/** Loads a model into a new Web Worker; the static methods are "pippin"'s. */
+export declare const Pippin: {
+  load(...args: Parameters<typeof InPage.load>): Promise<Pippin>;
+  cached: typeof InPage.cached;
+  evict: typeof InPage.evict;
+  deleteCached: typeof InPage.deleteCached;
+};
 
 export default Pippin;

@@ -2,7 +2,7 @@
 // freezes while a model loads or generates. Calls become messages; a reply's chunks
 // stream back as the worker makes them.
 import { Reply } from "./reply.js";
-import { Session, prewarm } from "./session.js";
+import { sessionMethods } from "./session.js";
 import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, fromWire, loadAborted } from "./errors.js";
 import { generationOptions } from "./options.js";
@@ -163,18 +163,6 @@ export class Pippin {
     return new Reply(this.#conn.replyCalls("chat", messages, workerOptions(o)), signal);
   }
 
-  createSession(options = {}) {
-    return Session.create(this, options);
-  }
-
-  restoreSession(bytes) {
-    return Session.restore(this, bytes);
-  }
-
-  prewarm(prefix) {
-    return prewarm(this, prefix);
-  }
-
   prefill(messages, options = {}) {
     return this.#conn.call("prefill", [messages, workerOptions(options)]);
   }
@@ -227,5 +215,7 @@ export class Pippin {
     this.#conn.fail(new PippinError("Disposed", "this model was disposed"));
   }
 }
+
+Object.assign(Pippin.prototype, sessionMethods);
 
 export default Pippin;

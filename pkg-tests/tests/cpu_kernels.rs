@@ -142,16 +142,8 @@ fn simd_palette_dots_equal_the_plain_loops() {
 
 #[wasm_bindgen_test]
 fn quantized_matrices_multiply_like_their_dequantized_weights() {
-    let formats = [
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::F16,
-    ];
+    use GgmlType::*;
+    let formats = [Q4_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, F16];
     for (i, ty) in formats.into_iter().enumerate() {
         let (rows, cols, t) = (67, 512, 11);
         let bytes = random_blocks(ty, rows * cols, 20 + i as u64);

@@ -86,14 +86,8 @@ async fn check_matmul(c: &Ctx, m: &GpuMatrix, deq: &[f32], t: usize, what: &str)
         let step = c.step(t, 0);
         c.run(|p| {
             let io = Io {
-                x: &xb,
-                x_stride: cols,
-                y: &yb,
-                y_stride: rows,
-                y_offset: 0,
-                accumulate: false,
-                scale: 1.0,
                 cap: CAP,
+                ..Io::new((&xb, cols), (&yb, rows))
             };
             matmul::matmul(kernels, p, &step, m, &io, t).unwrap()
         });
@@ -131,17 +125,8 @@ async fn matmul_formats_gemv_and_gemm() {
 #[wasm_bindgen_test]
 async fn matmul_k_quants_and_5_bit_formats() {
     let c = ctx().await;
-    for ty in [
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Iq4Nl,
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::F16,
-    ] {
+    use GgmlType::*;
+    for ty in [Q5_0, Q5_1, Iq4Nl, Q2K, Q3K, Q4K, Q5K, Q6K, F16] {
         for (rows, cols, t) in [(37, 256, 1), (70, 512, 5), (9, 256, 17)] {
             let bytes = encode::random_blocks(ty, rows * cols, (rows + cols) as u64);
             let m = GpuMatrix::upload(&c.gpu, "w", ty, &bytes, rows, cols).unwrap();
@@ -516,16 +501,7 @@ async fn norm_folded_into_gemv_and_glu() {
         let nb = c.gpu.storage("normed", (cols * 4) as u64).unwrap();
         let step = c.step(1, 0);
         c.run(|p| {
-            let io = Io {
-                x: &xb,
-                x_stride: cols,
-                y: &yb,
-                y_stride: rows,
-                y_offset: 0,
-                accumulate: false,
-                scale: 1.0,
-                cap: 0.0,
-            };
+            let io = Io::new((&xb, cols), (&yb, rows));
             let norm = NormIn {
                 weights: &gb,
                 eps: 1e-6,
