@@ -5,6 +5,14 @@
 //! to the GPU slice by slice and the heap must not grow with the model.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+
+/// The largest single block of memory Pippin asks for (one tensor as the loader holds
+/// it): 1 GiB in a wasm32 instance (4 GiB of address space in all), 1 TiB natively.
+pub const MAX_BLOCK: u64 = if cfg!(target_arch = "wasm32") {
+    1 << 30
+} else {
+    1 << 40
+};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);

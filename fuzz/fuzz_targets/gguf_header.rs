@@ -17,6 +17,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut c = Cursor::new(data);
     for t in &g.tensors {
-        let _ = g.read_f32(&mut c, t);
+        if let Ok(bytes) = g.read_tensor(&mut c, t) {
+            let _ = pippin::quant::dequantize_tensor(t, &bytes);
+        }
     }
 });

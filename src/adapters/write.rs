@@ -120,18 +120,3 @@ pub fn write(c: &Config, spec: &PeftSpec, loras: &[PeftLora]) -> Result<(String,
         .map_err(|e| Error::Internal(format!("PEFT writer: {e}")))?;
     Ok((json, bytes))
 }
-
-/// Writes the two files into `dir` (created), each under a temporary name first.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn save(dir: &std::path::Path, files: &(String, Vec<u8>)) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    for (name, bytes) in [
-        ("adapter_config.json", files.0.as_bytes()),
-        ("adapter_model.safetensors", &files.1[..]),
-    ] {
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, dir.join(name))?;
-    }
-    Ok(())
-}

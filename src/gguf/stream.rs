@@ -172,11 +172,7 @@ impl<'s, S: ByteSource> Window<'s, S> {
 }
 
 /// Largest tensor the loader holds in memory at once.
-const MAX_TENSOR_BYTES: u64 = if cfg!(target_arch = "wasm32") {
-    1 << 30
-} else {
-    1 << 40
-};
+const MAX_TENSOR_BYTES: u64 = crate::memory::MAX_BLOCK;
 
 /// Most bytes a header may take before the stream is given up on: vocabularies of
 /// 256k tokens take a few MB; a file whose header is not done by here is not a model.

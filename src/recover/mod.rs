@@ -385,6 +385,20 @@ fn save(
         half: false,
         base_model: "",
     };
-    adapters::write::save(out, &adapters::write::write(c, &spec, &loras.to_peft(c)?)?)?;
+    save_peft(out, &adapters::write::write(c, &spec, &loras.to_peft(c)?)?)?;
     checkpoint::save(state, opts, calibration, loras, adam)
+}
+
+/// Writes the two files into `dir` (created), each under a temporary name first.
+fn save_peft(dir: &std::path::Path, files: &(String, Vec<u8>)) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (name, bytes) in [
+        ("adapter_config.json", files.0.as_bytes()),
+        ("adapter_model.safetensors", &files.1[..]),
+    ] {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, dir.join(name))?;
+    }
+    Ok(())
 }

@@ -22,28 +22,13 @@ enum Kind {
 }
 use Kind::{Ggml, Palette};
 
-/// Every format, palettes with the usual 16 rows a table, an awkward 5, and one table
-/// per row (the converter's default for 2 bits).
-const TYPES: [Kind; 18] = [
-    Ggml(GgmlType::F32),
-    Ggml(GgmlType::F16),
-    Ggml(GgmlType::BF16),
-    Ggml(GgmlType::Q8_0),
-    Ggml(GgmlType::Q4_0),
-    Ggml(GgmlType::Q4_1),
-    Ggml(GgmlType::Q5_0),
-    Ggml(GgmlType::Q5_1),
-    Ggml(GgmlType::Iq4Nl),
-    Ggml(GgmlType::Q2K),
-    Ggml(GgmlType::Q3K),
-    Ggml(GgmlType::Q4K),
-    Ggml(GgmlType::Q5K),
-    Ggml(GgmlType::Q6K),
-    Palette(4, 16),
-    Palette(2, 16),
-    Palette(4, 5),
-    Palette(2, 1),
-];
+/// Every format Pippin decodes, then palettes with the usual 16 rows a table, an
+/// awkward 5, and one table per row (the converter's default for 2 bits).
+fn kinds() -> Vec<Kind> {
+    let ggml = GgmlType::ALL.iter().copied().filter(|t| t.can_dequantize());
+    let palettes = [Palette(4, 16), Palette(2, 16), Palette(4, 5), Palette(2, 1)];
+    ggml.map(Ggml).chain(palettes).collect()
+}
 
 /// Row widths a format's blocks allow: K-quant super-blocks hold 256 values.
 fn block_cols(kind: Kind, cols: usize) -> usize {
@@ -162,7 +147,7 @@ fn check_on(
 
 #[test]
 fn gemv_every_format_awkward_shapes() {
-    for ty in TYPES {
+    for ty in kinds() {
         for (rows, cols) in [(1, 32), (37, 96), (129, 576), (300, 64)] {
             check(ty, rows, cols, 1, None, false);
         }
@@ -174,7 +159,7 @@ fn gemv_with_wide_rows_per_thread_group() {
     // The shape real GPUs get (16 threads per row) besides the software one (4).
     let c = ctx();
     let k = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
-    for ty in TYPES {
+    for ty in kinds() {
         check_on(c, &k, ty, 129, 576, 1, None, false);
         check_on(c, &k, ty, 33, 32, 1, None, true);
     }
@@ -279,7 +264,7 @@ fn several_tokens_in_one_gemv_are_one_token_dispatches_bit_for_bit() {
         };
         kernels.push((all, Kernels::with_tuning(&all.gpu, subgroups)));
     }
-    let kinds = [
+    let gemvs = [
         Gemv::Plain,
         Gemv::Normed(None),
         Gemv::Normed(Some(Activation::Silu)),
@@ -296,13 +281,13 @@ fn several_tokens_in_one_gemv_are_one_token_dispatches_bit_for_bit() {
                 .into_iter()
                 .enumerate()
             {
-                let kind = kinds[(i + j) % kinds.len()];
+                let kind = gemvs[(i + j) % gemvs.len()];
                 check_tokens_bitwise((c, k), ty, rows, cols, n, kind, (i + j) % 2 == 1);
             }
         }
     }
     // And against the CPU reference, through `matmul` (which picks the GEMV).
-    for ty in TYPES {
+    for ty in kinds() {
         check(ty, 41, 160, 7, None, true);
     }
 }
@@ -320,7 +305,7 @@ fn gemm_tiled_and_rowwise() {
                 rowwise_gemm,
             },
         );
-        for ty in TYPES {
+        for ty in kinds() {
             for (rows, cols, t) in [(37, 96, 2), (130, 160, 17), (65, 64, 9)] {
                 check_on(c, &k, ty, rows, cols, t, None, false);
             }
@@ -381,7 +366,7 @@ fn gemv_with_subgroups_on_fixed_size_subgroup_adapters() {
             rowwise_gemm: false,
         },
     );
-    for ty in TYPES {
+    for ty in kinds() {
         for (rows, cols) in [(1, 32), (37, 96), (129, 576), (300, 1536)] {
             check_on(c, &k, ty, rows, cols, 1, None, false);
         }
@@ -391,7 +376,7 @@ fn gemv_with_subgroups_on_fixed_size_subgroup_adapters() {
 
 #[test]
 fn gemm_every_format_awkward_shapes() {
-    for ty in TYPES {
+    for ty in kinds() {
         for (rows, cols, t) in [(1, 32, 2), (37, 96, 5), (130, 160, 17), (65, 64, 33)] {
             check(ty, rows, cols, t, None, false);
         }
@@ -408,22 +393,14 @@ fn accumulate_fuses_the_residual_add() {
 #[test]
 fn matrices_split_across_bindings() {
     // Parts of ~10 rows: the split that tensors over maxStorageBufferBindingSize get.
-    for ty in [
-        Ggml(GgmlType::Q8_0),
-        Ggml(GgmlType::Q4_1),
-        Ggml(GgmlType::Q4_0),
-        Ggml(GgmlType::Q5_0),
-        Ggml(GgmlType::Q5_1),
-        Ggml(GgmlType::Iq4Nl),
-        Ggml(GgmlType::Q2K),
-        Ggml(GgmlType::Q3K),
-        Ggml(GgmlType::Q4K),
-        Ggml(GgmlType::Q5K),
-        Ggml(GgmlType::Q6K),
-        Palette(4, 5),
-        Palette(2, 3),
-        Palette(2, 1),
-    ] {
+    let quantized = GgmlType::ALL
+        .iter()
+        .copied()
+        .filter(|t| t.can_dequantize() && t.block().0 > 1);
+    for ty in quantized
+        .map(Ggml)
+        .chain([Palette(4, 5), Palette(2, 3), Palette(2, 1)])
+    {
         // Parts of ~10 rows of 64 values (~4 for the 256-wide K-quant rows).
         check(ty, 45, 64, 1, Some(10 * 64), false);
         check(ty, 45, 64, 19, Some(10 * 64), false);
@@ -467,7 +444,7 @@ fn embedding_gather_every_format_and_split() {
     let c = ctx();
     let vocab = 51;
     let tokens = [0u32, 50, 7, 7, 23, 49];
-    for ty in TYPES {
+    for ty in kinds() {
         let hidden = block_cols(ty, 96);
         let table = values(vocab * hidden, 5);
         for (split, scale) in [(None, 1.0), (Some(12 * 96 * 4), 25.3)] {
@@ -588,7 +565,7 @@ fn check_norm_gemv(
 fn norm_folded_into_gemv_every_format() {
     let c = ctx();
     let wide = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
-    for ty in TYPES {
+    for ty in kinds() {
         for (i, (rows, cols)) in [(1, 32), (37, 96), (129, 576), (300, 64)]
             .into_iter()
             .enumerate()
@@ -616,7 +593,7 @@ fn gemvs_over_rows_wider_than_the_stage() {
 fn norm_gemv_with_the_gated_epilogue() {
     let c = ctx();
     let wide = Kernels::with_tuning(&c.gpu, Tuning::gpu(0));
-    for ty in TYPES {
+    for ty in kinds() {
         for act in [Activation::Silu, Activation::GeluTanh] {
             check_norm_gemv(&c.k, ty, 7, 96, Some(act), false, None);
             check_norm_gemv(&wide, ty, 130, 64, Some(act), false, None);
@@ -630,7 +607,7 @@ fn norm_gemv_with_the_gated_epilogue() {
 #[test]
 fn stacked_matrices_equal_their_parts() {
     let c = ctx();
-    for ty in TYPES {
+    for ty in kinds() {
         // Rows of 3 blocks (K-quants: 1 super-block); [80, 80, 48] ends every matrix
         // on a word of scales and a table; 33 rows of 3 blocks end mid-word of half
         // scales and mid-table.

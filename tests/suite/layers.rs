@@ -136,3 +136,48 @@ fn the_backends_use_only_their_interface_from_the_engine() {
         wrong.join("\n")
     );
 }
+
+/// DESIGN.md: only the device (`gpu`), threads (`par`), the heap (`memory`), the front
+/// door (`wasm`, and the crate root choosing modules) know where they run — and
+/// `guided`, whose compiler is linked in natively and loaded as a second wasm module
+/// in the browser. Still to move: the CPU backend's SIMD-or-plain choice of its dot
+/// products (`engine/cpu/dot.rs`, `kv.rs`, `model/reference.rs`), which a dispatch
+/// inside `pippin_cpu_kernels` made 15% slower natively (prefill 109 -> 93 tok/s).
+#[test]
+fn only_the_platform_modules_ask_where_they_run() {
+    let src = common::root().join("src");
+    let allowed = [
+        "gpu",
+        "par.rs",
+        "memory.rs",
+        "wasm",
+        "lib.rs",
+        "guided",
+        "testing",
+        "bin",
+    ];
+    let not_yet = [
+        "engine/cpu/dot.rs",
+        "engine/cpu/kv.rs",
+        "model/reference.rs",
+    ];
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let asking: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let top = f.strip_prefix(&src).unwrap().iter().next().unwrap();
+            !allowed.contains(&top.to_string_lossy().as_ref())
+        })
+        .filter(|f| {
+            let all = code(f).join("\n");
+            all.contains("target_arch") || all.contains("target_feature")
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .filter(|f| !not_yet.contains(&f.as_str()))
+        .collect();
+    assert!(
+        asking.is_empty(),
+        "platform cfgs outside the platform modules: {asking:?}"
+    );
+}
