@@ -1,9 +1,12 @@
-//! Writes the WGSL kernels of `shaders/` to `OUT_DIR/shaders/` — `#include "file"`
-//! lines replaced by the file, without comments, indentation, line breaks and the
-//! spaces no token needs (in the browser's wasm they were ~25 KB of the download) — and
+//! Writes the WGSL of `shaders/` to `OUT_DIR/shaders/` without comments, indentation,
+//! line breaks and the spaces no token needs (in the browser's wasm they were ~25 KB
+//! of the download), `#include "file"` lines kept on lines of their own — `kernels`
+//! splices the shared files in when it compiles a pipeline, so each is embedded once
+//! (expanded into every kernel here they were +52 KB of wasm) — and
 //! `OUT_DIR/shaders.rs`, the table `kernels` builds on: a `Shader` per kernel file (one
-//! with an `@compute` entry point), its source, and how it uses each binding, read from
-//! its `@binding` declarations. So a kernel's bindings are stated once, in its WGSL.
+//! with an `@compute` entry point), its source, the included files by name, and how the
+//! kernel uses each binding, read from its `@binding` declarations (includes expanded).
+//! So a kernel's bindings are stated once, in its WGSL.
 
 use std::fmt::Write as _;
 use std::{env, fs, path::Path};
@@ -19,19 +22,50 @@ fn main() {
         .map(|p| p.file_stem().expect("a file name").to_string_lossy().into())
         .collect();
     names.sort();
-    let mut table = Vec::new();
-    for name in &names {
+    let (mut table, mut includes) = (Vec::new(), vec!["formats".to_string()]);
+    for name in names.iter().chain(["formats".to_string()].iter()) {
+        fs::write(out.join(format!("{name}.wgsl")), minified(&source(name)))
+            .expect("OUT_DIR is writable");
         let code = expand(name, &mut Vec::new());
-        if !code.contains("@compute") {
-            continue; // an included file, not a kernel
+        match code.contains("@compute") {
+            true => table.push((name.clone(), bindings(name, &code))),
+            false if name != "formats" => includes.push(name.clone()),
+            false => {}
         }
-        let mut min = String::with_capacity(code.len());
-        squeeze(&code, &mut min);
-        min.push('\n');
-        fs::write(out.join(format!("{name}.wgsl")), min).expect("OUT_DIR is writable");
-        table.push((name.clone(), bindings(name, &code)));
     }
-    fs::write(out.with_file_name("shaders.rs"), rust_table(&table)).expect("OUT_DIR is writable");
+    let rust = rust_table(&table, &includes);
+    fs::write(out.with_file_name("shaders.rs"), rust).expect("OUT_DIR is writable");
+}
+
+/// `shaders/<name>.wgsl`, or the generated `formats.wgsl`.
+fn source(name: &str) -> String {
+    match name {
+        "formats" => formats(),
+        _ => fs::read_to_string(format!("shaders/{name}.wgsl"))
+            .unwrap_or_else(|e| panic!("shaders/{name}.wgsl: {e}")),
+    }
+}
+
+/// `src` as one line without comments, each `#include` on a line of its own.
+fn minified(src: &str) -> String {
+    let (mut min, mut code) = (String::with_capacity(src.len()), String::new());
+    for line in src.lines() {
+        // WGSL has no strings: `//` always starts a comment.
+        let line = line.split("//").next().unwrap_or("").trim();
+        if line.starts_with("#include ") {
+            squeeze(&code, &mut min);
+            code.clear();
+            min.push('\n');
+            min.push_str(line);
+            min.push('\n');
+        } else {
+            code.push_str(line);
+            code.push(' ');
+        }
+    }
+    squeeze(&code, &mut min);
+    min.push('\n');
+    min
 }
 
 /// `shaders/<name>.wgsl` without comments, its includes expanded (each file once:
@@ -41,11 +75,7 @@ fn expand(name: &str, seen: &mut Vec<String>) -> String {
         return String::new();
     }
     seen.push(name.to_string());
-    let src = match name {
-        "formats" => formats(),
-        _ => fs::read_to_string(format!("shaders/{name}.wgsl"))
-            .unwrap_or_else(|e| panic!("shaders/{name}.wgsl: {e}")),
-    };
+    let src = source(name);
     let mut code = String::with_capacity(src.len());
     for line in src.lines() {
         // WGSL has no strings: `//` always starts a comment.
@@ -122,7 +152,7 @@ fn bindings(name: &str, code: &str) -> Vec<&'static str> {
 }
 
 /// The generated `Shader` enum with each kernel's source and bindings.
-fn rust_table(table: &[(String, Vec<&'static str>)]) -> String {
+fn rust_table(table: &[(String, Vec<&'static str>)], includes: &[String]) -> String {
     let camel = |n: &str| -> String {
         n.split('_')
             .map(|w| w[..1].to_uppercase() + &w[1..])
@@ -135,7 +165,7 @@ fn rust_table(table: &[(String, Vec<&'static str>)]) -> String {
     for (n, _) in table {
         writeln!(s, "    {},", camel(n)).unwrap();
     }
-    s.push_str("}\n\nimpl Shader {\n    /// Its WGSL, includes expanded.\n    fn source(self) -> &'static str {\n        match self {\n");
+    s.push_str("}\n\nimpl Shader {\n    /// Its WGSL (`#include` lines kept: `preprocess` splices them in).\n    fn source(self) -> &'static str {\n        match self {\n");
     for (n, _) in table {
         writeln!(
             s,
@@ -155,7 +185,16 @@ fn rust_table(table: &[(String, Vec<&'static str>)]) -> String {
         )
         .unwrap();
     }
-    s.push_str("        }\n    }\n}\n");
+    s.push_str("        }\n    }\n}\n\n");
+    s.push_str("/// A shared file a kernel includes, by name (`#include \"name.wgsl\"`).\nfn include(name: &str) -> Option<&'static str> {\n    Some(match name {\n");
+    for n in includes {
+        writeln!(
+            s,
+            "        \"{n}.wgsl\" => include_str!(concat!(env!(\"OUT_DIR\"), \"/shaders/{n}.wgsl\")),"
+        )
+        .unwrap();
+    }
+    s.push_str("        _ => return None,\n    })\n}\n");
     s
 }
 

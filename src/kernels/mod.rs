@@ -1,8 +1,8 @@
 //! WGSL kernels: shader sources, the pipeline cache and one launcher per kernel, each
 //! beside the CPU reference it is tested against. Shapes are specialized with
-//! `override` constants; the only preprocessing is build.rs's `#include` of the three
-//! shared files (the step uniform, weight and KV-cache decoding), and a kernel's
-//! bindings are read from its WGSL there too.
+//! `override` constants; the only preprocessing is `#include` of the shared files (the
+//! step uniform, weight and KV-cache decoding, the matmul epilogue, the format ids
+//! build.rs generates), and a kernel's bindings are read from its WGSL by build.rs.
 
 pub mod attention;
 pub mod elementwise;
@@ -19,6 +19,33 @@ use std::sync::{Arc, Mutex};
 
 // `Shader`: a variant per kernel file, its source and bindings (see build.rs).
 include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+
+/// `src` after `prelude` (the `enable` directives the platform needs), each `#include`
+/// line replaced by the file it names (once per kernel; build.rs read the kernel's
+/// bindings with the same files in). The files are embedded once, not per kernel.
+pub fn preprocess(src: &str, prelude: &str) -> Result<String> {
+    fn splice(src: &str, out: &mut String, seen: &mut Vec<&'static str>) -> Result<()> {
+        for line in src.lines() {
+            let Some(name) = line.strip_prefix("#include ") else {
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            };
+            let name = name.trim().trim_matches('"');
+            let text = include(name)
+                .ok_or_else(|| Error::internal(format!("no WGSL file {name} to include")))?;
+            if !seen.contains(&text) {
+                seen.push(text);
+                splice(text, out, seen)?;
+            }
+        }
+        Ok(())
+    }
+    let mut out = String::with_capacity(src.len() + 16384);
+    out.push_str(prelude);
+    splice(src, &mut out, &mut Vec::new())?;
+    Ok(out)
+}
 
 /// How a kernel uses a binding (build.rs reads it from the WGSL declaration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,9 +262,7 @@ impl Kernels {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&format!("{shader:?}")),
-                source: wgpu::ShaderSource::Wgsl(
-                    format!("{}{}", self.prelude, shader.source()).into(),
-                ),
+                source: wgpu::ShaderSource::Wgsl(preprocess(shader.source(), self.prelude)?.into()),
             });
         let entries: Vec<wgpu::BindGroupLayoutEntry> = shader
             .bindings()
