@@ -302,7 +302,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             attention::kv_write(
                 &c.k,
                 p,
-                &cache_io(&step, cfg, KvFormat::Int8, &rows, &cache),
+                &CacheIo::new(&step, cfg, KvFormat::Int8, &rows, &cache),
                 n,
             )
             .unwrap()
@@ -322,7 +322,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             attention::decode(
                 &c.k,
                 p,
-                &cache_io(&step, cfg, f, &q_rows, &cache),
+                &CacheIo::new(&step, cfg, f, &q_rows, &cache),
                 &part,
                 &out,
                 kv_len,
@@ -332,7 +332,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             attention::prefill(
                 &c.k,
                 p,
-                &cache_io(&step, cfg, KvFormat::Int8, &q_rows, &cache),
+                &CacheIo::new(&step, cfg, KvFormat::Int8, &q_rows, &cache),
                 &out,
                 t,
             )
@@ -609,7 +609,7 @@ async fn fused_case(
         let b = c.buf(&rows[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
         c.run(|p| {
-            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &b, &cache), n).unwrap()
+            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
@@ -622,7 +622,7 @@ async fn fused_case(
         attention::decode_fused(
             &c.k,
             p,
-            &cache_io(&step, cfg, format, &last, &cache),
+            &CacheIo::new(&step, cfg, format, &last, &cache),
             (t, r),
             qk,
             &out,
@@ -650,21 +650,4 @@ async fn fused_case(
         d < tol,
         "head dim {hd} window {window} kv_len {kv_len} {format:?}: {d}"
     );
-}
-
-/// Bindings 0–5 of the kernels over one layer's KV cache.
-fn cache_io<'a>(
-    step: &'a wgpu::Buffer,
-    c: &'a Config,
-    format: KvFormat,
-    qkv: &'a wgpu::Buffer,
-    cache: &'a LayerCache,
-) -> CacheIo<'a> {
-    CacheIo {
-        step,
-        c,
-        format,
-        qkv,
-        cache,
-    }
 }

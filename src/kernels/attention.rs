@@ -179,6 +179,22 @@ pub struct CacheIo<'a> {
 }
 
 impl<'a> CacheIo<'a> {
+    pub fn new(
+        step: &'a wgpu::Buffer,
+        c: &'a Config,
+        format: KvFormat,
+        qkv: &'a wgpu::Buffer,
+        cache: &'a LayerCache,
+    ) -> Self {
+        CacheIo {
+            step,
+            c,
+            format,
+            qkv,
+            cache,
+        }
+    }
+
     /// Bindings 0–5, then `more`.
     fn bindings(&self, more: &[&'a wgpu::Buffer]) -> Vec<&'a wgpu::Buffer> {
         let l = self.cache;

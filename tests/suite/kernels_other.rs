@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::gpu::{ctx, max_diff, values};
-use pippin::kernels::attention::{CacheIo, LayerCache};
+use pippin::kernels::attention::CacheIo;
 use pippin::kernels::elementwise::NormOut;
 use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{attention, elementwise, sample};
@@ -267,7 +267,8 @@ fn windowed_attention_case(
         let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
         c.run(|p| {
-            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &rows, &cache), n).unwrap()
+            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &rows, &cache), n)
+                .unwrap()
         });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
@@ -278,7 +279,7 @@ fn windowed_attention_case(
             attention::decode(
                 &c.k,
                 p,
-                &cache_io(&step, cfg, format, &q_rows, &cache),
+                &CacheIo::new(&step, cfg, format, &q_rows, &cache),
                 &part,
                 &out,
                 kv_len,
@@ -288,7 +289,7 @@ fn windowed_attention_case(
             attention::prefill(
                 &c.k,
                 p,
-                &cache_io(&step, cfg, format, &q_rows, &cache),
+                &CacheIo::new(&step, cfg, format, &q_rows, &cache),
                 &out,
                 t,
             )
@@ -436,7 +437,7 @@ fn fused_decode_case(
         let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
         c.run(|p| {
-            attention::kv_write(&c.k, p, &cache_io(&step, cfg, format, &b, &cache), n).unwrap()
+            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
@@ -449,7 +450,7 @@ fn fused_decode_case(
         attention::decode_fused(
             &c.k,
             p,
-            &cache_io(&step, cfg, format, &last, &cache),
+            &CacheIo::new(&step, cfg, format, &last, &cache),
             (t, r),
             qk,
             &out,
@@ -840,22 +841,5 @@ fn penalty_of_a_chained_input_token() {
             want,
             "listed {listed:?} input {input} on {on}"
         );
-    }
-}
-
-/// Bindings 0–5 of the kernels over one layer's KV cache.
-fn cache_io<'a>(
-    step: &'a wgpu::Buffer,
-    c: &'a Config,
-    format: KvFormat,
-    qkv: &'a wgpu::Buffer,
-    cache: &'a LayerCache,
-) -> CacheIo<'a> {
-    CacheIo {
-        step,
-        c,
-        format,
-        qkv,
-        cache,
     }
 }
