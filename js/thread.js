@@ -41,10 +41,18 @@ function fail(err) {
 // helper takes the time the lead needs (Chromium, default model, 2 cores under a load
 // of 4: 2 threads decoded 2.5 tok/s spinning 2 ms, 7.9 spinning 0.1 ms, 14.4 sleeping;
 // idle, spinning gained ~30%).
+//
+// A wake-up is only a hint, never a round: the lead bumps GEN and then notifies, so a
+// helper that saw the new GEN at once, served the round and went back to sleep can be
+// woken by that round's late notify (the lead descheduled between the two; Firefox,
+// pippin/worker, 2 cores). Serving the round again would count it done twice, and the
+// lead would read the next round's outputs before they were written.
 function serve(seen) {
   for (;;) {
     Atomics.wait(ctrl, GEN, seen);
-    seen = Atomics.load(ctrl, GEN);
+    const gen = Atomics.load(ctrl, GEN);
+    if (gen === seen) continue;
+    seen = gen;
     const kind = Atomics.load(ctrl, KIND);
     if (kind === STOP) return close();
     if (kind === EXIT) {

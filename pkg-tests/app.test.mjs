@@ -15,6 +15,7 @@ import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
 import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
+import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -1146,6 +1147,10 @@ test("a CPU worker thread that dies fails the reply with DeviceLost, without a h
   assert.ok(r.ms < 30_000, `${r.ms} ms`);
   assert.match(r.again, /^DeviceLost: /);
   assert.equal(r.shared, " Paris.", "other models are untouched");
+});
+
+test("a CPU helper thread woken without a new round serves nothing: the text is the same while the team's words are flooded with wake-ups", async () => {
+  checkFlooded(await page.evaluate(floodedOnPage, MODEL));
 });
 
 test("a page that is not cross-origin isolated runs one thread and says why", async () => {

@@ -12,6 +12,7 @@ import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
 import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
+import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -42,6 +43,10 @@ before(async () => {
 after(async () => {
   await browser?.close();
   server?.close();
+});
+
+test("Firefox: a CPU helper thread woken without a new round serves nothing", async () => {
+  checkFlooded(await page.evaluate(floodedOnPage, MODEL));
 });
 
 test("Firefox: sessions — a clone continues as a fresh session would, append then prompt is one prompt, a common system prompt is cached, Busy", async () => {
