@@ -13,7 +13,7 @@ import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
-import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
+import { checkPromptApiInBothEntries } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
 import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
@@ -299,12 +299,14 @@ test("a reply owns the model until it ends, in pippin and in pippin/worker", asy
     const worker = await WorkerPippin.load(url, { cache: false });
     const out = {};
     for (const [name, m] of [["main", llm], ["worker", worker]]) {
-      const err = async (f) => {
-        try {
-          await f();
-          return "no error";
-        } catch (e) {
-          return why(e);
+      const err = (f) => Promise.resolve().then(f).then(() => "no error", why);
+      // The rest of a reply read chunk by chunk: its text and why it ended.
+      const drain = async (it) => {
+        let text = "";
+        for (;;) {
+          const { value } = await it.next();
+          if (value.done) return { text, finish: value.finishReason };
+          text += value.text;
         }
       };
       await m.reset();
@@ -324,27 +326,14 @@ test("a reply owns the model until it ends, in pippin and in pippin/worker", asy
         await err(() => m.reset()),
         await err(() => m.dispose()),
       ];
-      let finish;
-      for (;;) {
-        const { value } = await a.next();
-        if (value.done) {
-          finish = value.finishReason;
-          break;
-        }
-        text += value.text;
-      }
+      const rest = await drain(a);
+      text += rest.text;
+      const finish = rest.finish;
       // A finished reply's signal cannot stop the next one.
       const b = m.generate("Once upon a time", { maxTokens: 5 })[Symbol.asyncIterator]();
       await b.next();
       ctlA.abort();
-      let bFinish;
-      for (;;) {
-        const { value } = await b.next();
-        if (value.done) {
-          bFinish = value.finishReason;
-          break;
-        }
-      }
+      const bFinish = (await drain(b)).finish;
       // Letting go of a reply (break) frees the model.
       for await (const c of m.generate("Once upon a time", { maxTokens: 30 })) break;
       const after = await m.generate("The capital of France is", { maxTokens: 2 }).text();
@@ -394,14 +383,7 @@ test("chat uses the template, reuses the KV cache, and reports stats and info", 
 
 test("bad sources are clear errors and the loaded model keeps working", async () => {
   const r = await page.evaluate(async () => {
-    const err = async (f) => {
-      try {
-        await f();
-        return "no error";
-      } catch (e) {
-        return why(e);
-      }
-    };
+    const err = (f) => Promise.resolve().then(f).then(() => "no error", why);
     // Aborted before it starts, and while the file streams in (both entries).
     const abortLoad = async (P) => {
       const ctl = new AbortController();
@@ -797,12 +779,7 @@ test("guided generation and OpenAI's chat API: JSON Schema, streaming, tools, ba
     const direct = [];
     const named = { type: "function", function: { name: "get_weather" } };
     for await (const c of llm.chat([{ role: "user", content: "Weather in Rome?" }], { tools: [weather], toolChoice: named, maxTokens: 24 })) direct.push(c);
-    let bad = null;
-    try {
-      await llm.chat(ask, { responseFormat: { type: "regex", pattern: "([a-z]" } }).text();
-    } catch (e) {
-      bad = why(e);
-    }
+    const bad = await llm.chat(ask, { responseFormat: { type: "regex", pattern: "([a-z]" } }).text().then(() => null, why);
     const after = await llm.generate("The capital of France is", { maxTokens: 2 }).text();
     return { guided, completion, chunks, plain, toolChunks, followUp, direct, bad, after, fetchedBefore, fetchedAfter, fetchedEnd: fetched() };
   });
@@ -865,12 +842,7 @@ test("pippin/worker: a guided module that cannot be fetched is a Download error,
   const r = await page.evaluate(async (url) => {
     const w = await WorkerPippin.load(url, { cache: false, guidedWasmUrl: "/missing/pippin_guided_bg.wasm" });
     const ask = [{ role: "user", content: "Is the sky blue? Answer yes or no." }];
-    let err = null;
-    try {
-      await w.chat(ask, { responseFormat: { type: "regex", pattern: "(yes|no)" } }).text();
-    } catch (e) {
-      err = why(e);
-    }
+    const err = await w.chat(ask, { responseFormat: { type: "regex", pattern: "(yes|no)" } }).text().then(() => null, why);
     const after = await w.generate("The capital of France is", { maxTokens: 2 }).text();
     await w.dispose();
     return { err, after };
@@ -945,17 +917,13 @@ test("pippin/worker: sessions as in pippin, without a prefix cache the same text
 });
 
 test("pippin/prompt-api: an app written against Chrome's Prompt API runs unchanged on the polyfill, in pippin and pippin/worker", async () => {
-  for (const worker of [false, true]) {
-    // A page of its own: the polyfill's model is the page's until it closes.
+  const open = async () => {
     const p = await browser.newPage();
-    try {
-      await p.goto(`${base}/pkg-tests/app.html`);
-      await p.waitForFunction(() => window.ready);
-      checkPromptApi(await p.evaluate(promptApiApp, [MODEL, worker]));
-    } finally {
-      await p.close();
-    }
-  }
+    await p.goto(`${base}/pkg-tests/app.html`);
+    await p.waitForFunction(() => window.ready);
+    return p;
+  };
+  await checkPromptApiInBothEntries(open, MODEL);
 });
 
 test("OpenAI's logprobs, top_logprobs and logit_bias: llama.cpp's log-probabilities, the same text, in pippin and pippin/worker", async () => {

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import puppeteer from "puppeteer-core";
 import { serve } from "./serve.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
-import { promptApiApp, checkPromptApi } from "./prompt-api.mjs";
+import { checkPromptApiInBothEntries } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
 import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
@@ -79,14 +79,7 @@ test("Firefox: pippin/worker sessions write what pippin's do", async () => {
 });
 
 test("Firefox: an app written against Chrome's Prompt API runs unchanged on pippin/prompt-api, in pippin and pippin/worker", async () => {
-  for (const worker of [false, true]) {
-    const p = await open();
-    try {
-      checkPromptApi(await p.evaluate(promptApiApp, [MODEL, worker]));
-    } finally {
-      await p.close();
-    }
-  }
+  await checkPromptApiInBothEntries(open, MODEL);
 });
 
 test("Firefox: OpenAI's logprobs and logit_bias are llama.cpp's log-probabilities, in pippin and pippin/worker", async () => {

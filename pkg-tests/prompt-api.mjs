@@ -86,3 +86,16 @@ export function checkPromptApi(r) {
   assert.ok(r.afterDestroy.length > 0);
   assert.equal(r.destroyed, "InvalidStateError");
 }
+
+/** `promptApiApp` in pippin and in pippin/worker, each on a page of its own from
+ * `open()` (the polyfill's model is the page's until it closes), checked. */
+export async function checkPromptApiInBothEntries(open, url) {
+  for (const worker of [false, true]) {
+    const p = await open();
+    try {
+      checkPromptApi(await p.evaluate(promptApiApp, [url, worker]));
+    } finally {
+      await p.close();
+    }
+  }
+}

@@ -56,14 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var pj: array<f32, 16>;
     for (var k0 = first; k0 < n_keys; k0 += BK) {
         workgroupBarrier();
-        for (var i = lid; i < BK * HD; i += 128u) {
-            let p = k0 + i / HD;
-            var v = 0.0;
-            if p < n_keys {
-                v = k_at(p, kvh, i % HD);
-            }
-            kv[i] = v;
-        }
+        load_tile(k0, n_keys, kvh, lid, false);
         workgroupBarrier();
         // One score per thread: query qi, key c.
         if c < BK {
@@ -94,14 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         m = mx;
         workgroupBarrier();
-        for (var i = lid; i < BK * HD; i += 128u) {
-            let p = k0 + i / HD;
-            var v = 0.0;
-            if p < n_keys {
-                v = v_at(p, kvh, i % HD);
-            }
-            kv[i] = v;
-        }
+        load_tile(k0, n_keys, kvh, lid, true);
         workgroupBarrier();
         for (var j = 0u; j < BK; j++) {
             for (var k = 0u; k < dpt; k++) {
@@ -119,6 +105,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
 // A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
 // clamp keeps tanh finite where a compiler computes it from exponentials.
+// The keys (or values) of positions k0..k0 + BK of KV head `kvh` into the tile `kv`,
+// zeros past the last key.
+fn load_tile(k0: u32, n_keys: u32, kvh: u32, lid: u32, values: bool) {
+    for (var i = lid; i < BK * HD; i += 128u) {
+        let p = k0 + i / HD;
+        var v = 0.0;
+        if p < n_keys {
+            if values {
+                v = v_at(p, kvh, i % HD);
+            } else {
+                v = k_at(p, kvh, i % HD);
+            }
+        }
+        kv[i] = v;
+    }
+}
+
 fn capped(score: f32) -> f32 {
     if SOFTCAP > 0.0 {
         return SOFTCAP * tanh(clamp(score / SOFTCAP, -10.0, 10.0));

@@ -10,11 +10,7 @@ override STRIDE: u32;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if i >= step.n_tokens * WIDTH {
-        return;
-    }
-    let t = i / WIDTH;
-    let j = i % WIDTH;
-    y[t * STRIDE + j] += bias[j];
+    let at = token_column(gid, nwg, WIDTH);
+    if at.x >= step.n_tokens { return; }
+    y[at.x * STRIDE + at.y] += bias[at.y];
 }

@@ -19,11 +19,8 @@ fn act(g: f32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if i >= step.n_tokens * F {
-        return;
-    }
-    let t = i / F;
-    let j = i % F;
-    a[i] = act(gu[t * 2u * F + j]) * gu[t * 2u * F + F + j];
+    let at = token_column(gid, nwg, F);
+    if at.x >= step.n_tokens { return; }
+    let gate_up = at.x * 2u * F + at.y;
+    a[at.x * F + at.y] = act(gu[gate_up]) * gu[gate_up + F];
 }

@@ -18,3 +18,11 @@ struct Step {
 }
 
 @group(0) @binding(0) var<uniform> step: Step;
+
+// The (token, column) of rows of `width` that thread `gid` of a grid of 256-wide
+// workgroups handles (a grid two-dimensional past 65535 groups); the token is
+// `step.n_tokens` or more for a thread past the end.
+fn token_column(gid: vec3<u32>, nwg: vec3<u32>, width: u32) -> vec2<u32> {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    return vec2(i / width, i % width);
+}

@@ -151,7 +151,7 @@ async fn palettized_matmul_2_and_4_bit() {
     let c = ctx().await;
     for (bits, lut_rows) in [(4, 16), (2, 16), (4, 5), (2, 3), (2, 1)] {
         for (rows, cols, t) in SHAPES {
-            let p = palettize(&values(rows * cols, 3), rows, cols, bits, lut_rows, 1);
+            let p = palettize(&values(rows * cols, 3), rows, cols, bits, lut_rows, 1, None);
             let packed = pack_palette(&p).unwrap();
             // Small parts: tables must follow their rows across a split.
             let m = GpuMatrix::from_packed_split(&c.gpu, "w", packed, rows, cols, 40 * 64).unwrap();
@@ -246,12 +246,11 @@ async fn short_conv_over_a_ring_state() {
     }
 }
 
-/// Decode and prefill attention over an int8 cache: SmolLM2's shape, and Gemma 3's
-/// (4 query heads of 256 on one KV head, its own scale) with and without a sliding
-/// window over a ring cache.
-#[wasm_bindgen_test]
-async fn attention_decode_and_prefill_over_int8_kv() {
-    let c = ctx().await;
+/// The attention shapes of the tests: SmolLM2's (9 query heads of 64 on 3 KV heads,
+/// adjacent RoPE pairs), Gemma 3's (4 query heads of 256 on one KV head, its own
+/// scale, half-split RoPE) and Gemma 2's soft-capped scores (a cap that bends most of
+/// these).
+fn attention_shapes() -> [Config; 3] {
     let smollm2 = Config {
         arch: Arch::Llama,
         n_heads: 9,
@@ -260,7 +259,7 @@ async fn attention_decode_and_prefill_over_int8_kv() {
         hidden: 576,
         rope_dim: 64,
         rope_style: RopeStyle::Adjacent,
-        context_length: 256,
+        context_length: 512,
         attn_scale: 0.125,
         ..Config::default()
     };
@@ -269,14 +268,25 @@ async fn attention_decode_and_prefill_over_int8_kv() {
         n_kv_heads: 1,
         head_dim: 256,
         hidden: 640,
+        rope_dim: 256,
+        rope_style: RopeStyle::HalfSplit,
         attn_scale: 0.0625,
         ..smollm2.clone()
     };
-    // Gemma 2's soft-capped scores, with a cap that bends most of these.
     let capped = Config {
         attn_softcap: 0.25,
         ..gemma.clone()
     };
+    [smollm2, gemma, capped]
+}
+
+/// Decode and prefill attention over an int8 cache: SmolLM2's shape, and Gemma 3's
+/// (4 query heads of 256 on one KV head, its own scale) with and without a sliding
+/// window over a ring cache.
+#[wasm_bindgen_test]
+async fn attention_decode_and_prefill_over_int8_kv() {
+    let c = ctx().await;
+    let [smollm2, gemma, capped] = attention_shapes();
     for (cfg, window) in [(&smollm2, 0), (&gemma, 0), (&gemma, 20), (&capped, 20)] {
         for (kv_len, t) in [(70, 1), (40, 9), (130, 1), (100, 13)] {
             attention_case(&c, cfg, window, kv_len, t).await;
@@ -351,14 +361,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             v.extend(round_trip(KvFormat::Int8, h));
         }
     }
-    let s = AttnShape {
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: hd,
-        scale: cfg.attn_scale,
-        softcap: cfg.attn_softcap,
-        window: if window > 0 { window } else { usize::MAX },
-    };
+    let s = AttnShape::of(cfg, window);
     let want = reference::attention(&q, &k, &v, kv_len, s);
     let d = max_diff(&c.read(&out, t * cfg.q_dim()).await, &want);
     assert!(
@@ -502,13 +505,7 @@ async fn norm_folded_into_gemv_and_glu() {
         let step = c.step(1, 0);
         c.run(|p| {
             let io = Io::new((&xb, cols), (&yb, rows));
-            let norm = NormIn {
-                weights: &gb,
-                eps: 1e-6,
-                glu,
-                normed: &nb,
-                write_normed: true,
-            };
+            let norm = NormIn::new(&gb, 1e-6, glu, &nb);
             // The real-GPU set (16 threads a row) on every other case.
             let k = if rows % 2 == 0 { &c.gpu_k } else { &c.k };
             matmul::norm_gemv(k, p, &step, &m, &io, &norm, 1).unwrap()
@@ -534,32 +531,7 @@ async fn norm_folded_into_gemv_and_glu() {
 #[wasm_bindgen_test]
 async fn one_pass_decode_attention() {
     let c = ctx().await;
-    let smollm2 = Config {
-        arch: Arch::Llama,
-        n_heads: 9,
-        n_kv_heads: 3,
-        head_dim: 64,
-        hidden: 576,
-        rope_dim: 64,
-        rope_style: RopeStyle::Adjacent,
-        context_length: 512,
-        attn_scale: 0.125,
-        ..Config::default()
-    };
-    let gemma = Config {
-        n_heads: 4,
-        n_kv_heads: 1,
-        head_dim: 256,
-        hidden: 640,
-        rope_dim: 256,
-        rope_style: RopeStyle::HalfSplit,
-        attn_scale: 0.0625,
-        ..smollm2.clone()
-    };
-    let capped = Config {
-        attn_softcap: 0.25,
-        ..gemma.clone()
-    };
+    let [smollm2, gemma, capped] = attention_shapes();
     // A layer without RoPE (SmolLM3's NoPE layers), then Gemma 2's soft-capped scores.
     for (cfg, window, qk_norm, kv_len, rotate) in [
         (&smollm2, 0, false, 1, true),
@@ -598,7 +570,7 @@ async fn fused_case(
             }
             let len = v.len();
             let freqs = if rotate { &freqs[..] } else { &[] };
-            reference::rope(&mut v, len, hd, cfg.rope_style, freqs, pos);
+            reference::rope(&mut v, len, hd, cfg.rope_style, freqs, pos, 1.0);
             row[part].copy_from_slice(&v);
         }
     }
@@ -635,14 +607,7 @@ async fn fused_case(
             dst.extend(part.chunks(hd).flat_map(|h| round_trip(format, h)));
         }
     }
-    let s = AttnShape {
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: hd,
-        scale: cfg.attn_scale,
-        softcap: cfg.attn_softcap,
-        window: if window > 0 { window } else { usize::MAX },
-    };
+    let s = AttnShape::of(cfg, window);
     let want = reference::attention(&rows[prefix * stride..][..qd], &k, &v, kv_len, s);
     let d = max_diff(&c.read(&out, qd).await, &want);
     let tol = if format == KvFormat::F32 { 1e-4 } else { 2e-3 };

@@ -356,6 +356,13 @@ function fromPippin(run, r) {
     decodeTokensPerS: rate(Math.max(u.generatedTokens - 1, 0), u.decodeMs),
     timingSource: "usage (engine)",
     speculation: { setting: run.speculation, ...u.speculation },
+    ...harness(r),
+  };
+}
+
+/** What the harness measured around a run, whichever runtime ran it. */
+function harness(r) {
+  return {
     peakMemoryMB: r.memory.peakAboveIdleBytes / MiB,
     memory: r.memory,
     cpuCoresBusyWhileGenerating: r.cpuCoresBusyWhileGenerating,
@@ -398,14 +405,7 @@ function fromWllama(run, r) {
     prefillTokensPerS: rate(promptTokens ?? 0, prefillMs),
     decodeTokensPerS: rate(Math.max(generatedTokens - 1, 0), decodeMs),
     timingSource,
-    peakMemoryMB: r.memory.peakAboveIdleBytes / MiB,
-    memory: r.memory,
-    cpuCoresBusyWhileGenerating: r.cpuCoresBusyWhileGenerating,
-    otherCpuCoresBusyWhileGenerating: r.otherCpuCoresBusyWhileGenerating,
-    loadMs: r.loadMs,
-    wallFirstTokenMs: r.wallFirstTokenMs,
-    wallTotalMs: r.wallTotalMs,
-    text: r.text,
+    ...harness(r),
     logs: r.logs,
   };
 }

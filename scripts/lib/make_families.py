@@ -96,11 +96,15 @@ def same(t, n_head, n_kv, by_name):
     yield t.name, t.data, t.tensor_type
 
 
+def half_split(t, n_head, n_kv):
+    """The tensor's data, Q and K rows in the half-split RoPE order (unpermuted)."""
+    if t.name.endswith("attn_q.weight") or t.name.endswith("attn_k.weight"):
+        return unpermute(np.asarray(t.data), n_head if "attn_q" in t.name else n_kv)
+    return t.data
+
+
 def qwen2_tensors(t, n_head, n_kv, by_name):
-    name, data = t.name, t.data
-    if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
-        heads = n_head if "attn_q" in name else n_kv
-        data = unpermute(np.asarray(data), heads)
+    name, data = t.name, half_split(t, n_head, n_kv)
     yield name, data, t.tensor_type
     layer = name.split(".")[1] if name.startswith("blk.") else None
     for p, amp in (("q", 0.5), ("k", 0.8), ("v", 0.1)):
@@ -111,10 +115,7 @@ def qwen2_tensors(t, n_head, n_kv, by_name):
 
 
 def gemma2_tensors(t, n_head, n_kv, by_name):
-    name, data = t.name, t.data
-    if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
-        heads = n_head if "attn_q" in name else n_kv
-        data = unpermute(np.asarray(data), heads)
+    name, data = t.name, half_split(t, n_head, n_kv)
     yield name, data, t.tensor_type
     if name.startswith("blk.") and name.endswith("attn_norm.weight"):
         layer, width = int(name.split(".")[1]), t.data.shape[0]

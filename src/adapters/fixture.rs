@@ -19,6 +19,21 @@ pub struct FixtureSpec<'a> {
     pub half: bool,
 }
 
+impl<'a> FixtureSpec<'a> {
+    /// Rank `rank` on `modules` with alpha = 2 · rank (PEFT's common choice), B random,
+    /// stored as f32.
+    pub fn new(rank: usize, modules: &'a [&'a str], seed: u64) -> Self {
+        FixtureSpec {
+            rank,
+            alpha: 2.0 * rank as f32,
+            modules,
+            seed,
+            zero_b: false,
+            half: false,
+        }
+    }
+}
+
 fn random(n: usize, rng: &mut Rng, amp: f32) -> Vec<f32> {
     (0..n).map(|_| (rng.next_f32() * 2.0 - 1.0) * amp).collect()
 }

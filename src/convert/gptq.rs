@@ -160,7 +160,7 @@ mod tests {
         let mix_t: Vec<f32> = (0..cols * 8).map(|i| mix[(i % 8) * cols + i / 8]).collect();
         let x = matmul(&f, &mix_t, 8);
         let w = randn(rows * cols, 4);
-        let plain = palettize(&w, rows, cols, 2, 16, 1);
+        let plain = palettize(&w, rows, cols, 2, 16, 1, None);
         let mut fed = plain.clone();
         assign(
             &mut fed,

@@ -10,7 +10,7 @@ use super::gptq;
 use crate::error::{Error, Result};
 use crate::model::reference::{KvCache, Reference, Site};
 use crate::model::Proj;
-use crate::quant::palette::{bits_per_weight, palettize_weighted, Palettized};
+use crate::quant::palette::{bits_per_weight, palettize, Palettized};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -139,7 +139,7 @@ pub fn quantize(
 ) -> Palettized {
     let key = (l, site(Proj::ALL[m]));
     let imp = cal.and_then(|c| c.importance.get(&key)).map(Vec::as_slice);
-    let mut p = palettize_weighted(w, rows, cols, bits, rows_per_lut, seed, imp);
+    let mut p = palettize(w, rows, cols, bits, rows_per_lut, seed, imp);
     if let Some(u) = cal.and_then(|c| c.factors.get(&key)) {
         gptq::assign(&mut p, w, u);
     }

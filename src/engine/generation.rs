@@ -3,7 +3,7 @@
 //! length, abort), with speculative checks and pipelined steps where the backend
 //! offers them; `generate` drives it with a callback.
 
-use super::backend::{common_prefix, Backend, Logits, Pick, Want};
+use super::backend::{common_prefix, Backend, Logits, Masked, Pick, Want};
 use super::cpu::CpuBackend;
 use super::logprobs::{self, TokenLogprob};
 use super::speculate::{self, Lookup, Policy, Speculation};
@@ -220,7 +220,8 @@ impl Generation {
             }
             None => Err(Error::Grammar("the reply lost its guide".into())),
         };
-        backend.forward_masked(tokens, want, &mut mask).await
+        let mask = &mut mask;
+        backend.forward_masked(Masked { tokens, want, mask }).await
     }
 
     /// The candidates a step selects: every logit where the reply needs them all.

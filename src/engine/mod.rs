@@ -20,7 +20,7 @@ pub mod tools;
 pub use crate::gguf::{ByteSource, Progress, ReadSource};
 pub use backend::{
     common_prefix, verify_by_steps, AnyBackend, Backend, BackendKind, GpuBytes, LateMask, Logits,
-    Pick, SessionOptions, Want,
+    Masked, Pick, SessionOptions, Want,
 };
 pub use cpu::{CpuBackend, CpuModel, CpuState, QMatrix, ReferenceSession};
 pub use gpu::{GpuBackend, GpuFootprint, GpuLayer, GpuLora, GpuLoraAdapter, GpuModel, GpuSession};

@@ -404,13 +404,15 @@ impl CallReader {
 mod tests {
     use super::*;
 
-    fn qwen_like() -> ToolSyntax {
+    /// A template's syntax with an answer prefix (an empty reasoning block, as Qwen 3
+    /// writes one) before both answers and calls; other tags and keys than Qwen's.
+    fn prefixed() -> ToolSyntax {
         ToolSyntax {
-            before: "<think>\n\n</think>\n\n<tool_call>\n".into(),
-            after: "\n</tool_call>".into(),
-            name_key: "name".into(),
-            args_key: "arguments".into(),
-            answer_prefix: "<think>\n\n</think>\n\n".into(),
+            before: "<r>\n</r>\n<call>".into(),
+            after: "</call>".into(),
+            name_key: "tool".into(),
+            args_key: "args".into(),
+            answer_prefix: "<r>\n</r>\n".into(),
             native: true,
         }
     }
@@ -424,8 +426,8 @@ mod tests {
     #[test]
     fn reader_streams_answers_and_holds_calls() {
         for cut in 1..8 {
-            let text = "<think>\n\n</think>\n\nHello there";
-            let mut r = CallReader::new(qwen_like(), vec![tool("f")]);
+            let text = "<r>\n</r>\nHello there";
+            let mut r = CallReader::new(prefixed(), vec![tool("f")]);
             let chars: Vec<char> = text.chars().collect();
             let mut out = String::new();
             for piece in chars.chunks(cut) {
@@ -438,8 +440,8 @@ mod tests {
                 ("Hello there", FinishReason::Stop, 0)
             );
         }
-        let call = "<think>\n\n</think>\n\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call>";
-        let mut r = CallReader::new(qwen_like(), vec![tool("f")]);
+        let call = "<r>\n</r>\n<call>{\"tool\":\"f\",\"args\":{\"x\":1}}</call>";
+        let mut r = CallReader::new(prefixed(), vec![tool("f")]);
         let streamed: String = call.chars().map(|c| r.push(&c.to_string())).collect();
         assert_eq!(streamed, "");
         let (finish, calls, rest) = r.finish(FinishReason::Stop);
@@ -447,7 +449,7 @@ mod tests {
         assert_eq!(calls[0].function.name, "f");
         assert_eq!(calls[0].function.arguments, json!({"x": 1}));
         // A call to a tool not offered is not a call.
-        let mut r = CallReader::new(qwen_like(), vec![tool("g")]);
+        let mut r = CallReader::new(prefixed(), vec![tool("g")]);
         r.push(call);
         assert_eq!(r.finish(FinishReason::Stop).0, FinishReason::Stop);
     }

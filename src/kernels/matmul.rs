@@ -465,6 +465,24 @@ pub struct NormIn<'a> {
     pub write_normed: bool,
 }
 
+impl<'a> NormIn<'a> {
+    /// The norm of `weights` and `eps` (and `glu`), rmsnorm(x) written to `normed`.
+    pub fn new(
+        weights: &'a wgpu::Buffer,
+        eps: f32,
+        glu: Option<crate::model::Activation>,
+        normed: &'a wgpu::Buffer,
+    ) -> Self {
+        NormIn {
+            weights,
+            eps,
+            glu,
+            normed,
+            write_normed: true,
+        }
+    }
+}
+
 /// Up to `GEMV_TOKENS` tokens: y (+)= W · rmsnorm(x), or act(gate)·up of a
 /// [gate; up] matrix: a norm and its matmul (and the gated activation) in one
 /// dispatch (`normed` rows at x's stride). The matrix must be in one part when `glu`

@@ -224,11 +224,23 @@ impl<M: Linear> Reference<M> {
         adapter: Option<&Adapter>,
     ) {
         let layer = &self.weights.layers[l];
-        let at = Matmuls { l, adapter };
-        match self.config.block(l).mixer {
-            Mixer::Attention => self.attention_block(layer, x, cache, at, observe),
-            Mixer::ShortConv => self.conv_block(layer, x, cache, at, observe),
-        }
+        let (c, at) = (&self.config, Matmuls { l, adapter });
+        let block = c.block(l);
+        // The token mixer (attention, or LFM2's short convolution) between its norm and
+        // its output projection, which both mixers share.
+        let h = rmsnorm(x, &layer.attn_norm, c.rms_eps);
+        observe(l, Site::Attention, &h);
+        let (mixed, cols, post) = match block.mixer {
+            Mixer::Attention => (
+                self.attend(layer, &h, cache, at),
+                c.q_dim(),
+                layer.post_attn_norm.as_deref(),
+            ),
+            Mixer::ShortConv => (self.convolve(layer, &h, cache, at), c.hidden, None),
+        };
+        observe(l, Site::AttentionOutput, &mixed);
+        let out = at.apply(Proj::O, &layer.wo, &mixed, cols);
+        residual(x, out, post, &block, c.rms_eps);
         self.ffn_block(layer, x, at, observe);
     }
 
@@ -248,21 +260,13 @@ impl<M: Linear> Reference<M> {
         logits
     }
 
-    fn attention_block(
-        &self,
-        w: &Layer<M>,
-        x: &mut [f32],
-        cache: &mut dyn KvStore,
-        at: Matmuls,
-        observe: Observer,
-    ) {
+    /// Attention of the normed input `h` over the cache (its keys and values appended).
+    fn attend(&self, w: &Layer<M>, h: &[f32], kv: &mut dyn KvStore, at: Matmuls) -> Vec<f32> {
         let c = &self.config;
         let (l, block) = (at.l, c.block(at.l));
-        let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
-        observe(l, Site::Attention, &h);
-        let mut q = at.apply(Proj::Q, &w.wq, &h, c.hidden);
-        let mut k = at.apply(Proj::K, &w.wk, &h, c.hidden);
-        let mut v = at.apply(Proj::V, &w.wv, &h, c.hidden);
+        let mut q = at.apply(Proj::Q, &w.wq, h, c.hidden);
+        let mut k = at.apply(Proj::K, &w.wk, h, c.hidden);
+        let mut v = at.apply(Proj::V, &w.wv, h, c.hidden);
         if let Some([bq, bk, bv]) = &w.qkv_bias {
             add_rows(&mut q, bq);
             add_rows(&mut k, bk);
@@ -274,49 +278,27 @@ impl<M: Linear> Reference<M> {
         }
         if block.rope.is_some() {
             let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
-            let pos0 = cache.positions();
+            let pos0 = kv.positions();
             let (style, m) = (c.rope_style, c.rope_mscale);
-            rope_scaled(&mut q, c.q_dim(), c.head_dim, style, &freqs, pos0, m);
-            rope_scaled(&mut k, c.kv_dim(), c.head_dim, style, &freqs, pos0, m);
+            rope(&mut q, c.q_dim(), c.head_dim, style, &freqs, pos0, m);
+            rope(&mut k, c.kv_dim(), c.head_dim, style, &freqs, pos0, m);
         }
-        cache.append(l, &k, &v);
-        let shape = AttnShape {
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            scale: c.attn_scale,
-            softcap: c.attn_softcap,
-            window: block.window,
-        };
-        let o = cache.attend(l, &q, shape);
-        observe(l, Site::AttentionOutput, &o);
-        let out = at.apply(Proj::O, &w.wo, &o, c.q_dim());
-        residual(x, out, w.post_attn_norm.as_deref(), &block, c.rms_eps);
+        kv.append(l, &k, &v);
+        kv.attend(l, &q, AttnShape::of(c, block.window))
     }
 
-    /// LFM2's gated short convolution: B, C, x from the normed input (rows of
-    /// `in_proj`, held as Q, K, V), y = C ⊙ conv(B ⊙ x), `out_proj` (held as O).
-    fn conv_block(
-        &self,
-        w: &Layer<M>,
-        x: &mut [f32],
-        cache: &mut dyn KvStore,
-        at: Matmuls,
-        observe: Observer,
-    ) {
-        let (c, l) = (&self.config, at.l);
-        let h = rmsnorm(x, &w.attn_norm, c.rms_eps);
-        observe(l, Site::Attention, &h);
-        let b = at.apply(Proj::Q, &w.wq, &h, c.hidden);
-        let gate = at.apply(Proj::K, &w.wk, &h, c.hidden);
-        let mut bx = at.apply(Proj::V, &w.wv, &h, c.hidden);
+    /// LFM2's gated short convolution of the normed input `h`: B, C, x (rows of
+    /// `in_proj`, held as Q, K, V), y = C ⊙ conv(B ⊙ x); `out_proj` is held as O.
+    fn convolve(&self, w: &Layer<M>, h: &[f32], kv: &mut dyn KvStore, at: Matmuls) -> Vec<f32> {
+        let c = &self.config;
+        let b = at.apply(Proj::Q, &w.wq, h, c.hidden);
+        let gate = at.apply(Proj::K, &w.wk, h, c.hidden);
+        let mut bx = at.apply(Proj::V, &w.wv, h, c.hidden);
         bx.iter_mut().zip(&b).for_each(|(v, b)| *v *= b);
         let taps = w.conv.as_deref().unwrap_or_default();
-        let mut y = cache.conv(l, &bx, taps, c.conv_taps);
+        let mut y = kv.conv(at.l, &bx, taps, c.conv_taps);
         y.iter_mut().zip(&gate).for_each(|(v, g)| *v *= g);
-        observe(l, Site::AttentionOutput, &y);
-        let out = at.apply(Proj::O, &w.wo, &y, c.hidden);
-        residual(x, out, None, &c.block(l), c.rms_eps);
+        y
     }
 
     fn ffn_block(&self, w: &Layer<M>, x: &mut [f32], at: Matmuls, observe: Observer) {
@@ -398,21 +380,10 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
 }
 
 /// Rotates every head of `x` (`[tokens][n_heads * head_dim]`); row t is at position
-/// `pos0 + t`. Dimensions past `rope_dim` in each head are left as they are.
+/// `pos0 + t`. Dimensions past `rope_dim` in each head are left as they are. cos and
+/// sin are multiplied by `mscale` (LongRoPE's attention factor: the rotated dimensions
+/// of queries and keys grow by it, the others do not; 1 elsewhere).
 pub fn rope(
-    x: &mut [f32],
-    row_len: usize,
-    head_dim: usize,
-    style: RopeStyle,
-    freqs: &[f32],
-    pos0: usize,
-) {
-    rope_scaled(x, row_len, head_dim, style, freqs, pos0, 1.0)
-}
-
-/// As `rope`, with cos and sin multiplied by `mscale` (LongRoPE's attention factor:
-/// the rotated dimensions of queries and keys grow by it, the others do not).
-pub fn rope_scaled(
     x: &mut [f32],
     row_len: usize,
     head_dim: usize,
@@ -520,6 +491,19 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
+    /// Model `c`'s attention with a sliding window of `window` keys (0 or
+    /// `usize::MAX`: all).
+    pub fn of(c: &Config, window: usize) -> AttnShape {
+        AttnShape {
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            scale: c.attn_scale,
+            softcap: c.attn_softcap,
+            window: if window == 0 { usize::MAX } else { window },
+        }
+    }
+
     /// The score softmax reads for a query·key dot product.
     pub fn score(&self, dot: f32) -> f32 {
         softcap(dot * self.scale, self.softcap)

@@ -203,22 +203,10 @@ pub fn nearest(centroids: &[f32], v: f32) -> usize {
 
 /// Palettizes a `rows × cols` matrix with one table per `rows_per_lut` rows, on all
 /// cores. The tables are rounded to f16 before indices are chosen, so indices match
-/// the stored tables exactly.
+/// the stored tables exactly. With `importance` (`cols` values, e.g. the mean square of
+/// each input column on calibration text) k-means weights each weight by its column's,
+/// so the tables fit best where errors cost most.
 pub fn palettize(
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    bits: u32,
-    rows_per_lut: usize,
-    seed: u64,
-) -> Palettized {
-    palettize_weighted(w, rows, cols, bits, rows_per_lut, seed, None)
-}
-
-/// As `palettize`, with k-means weighting each weight by the importance of its input
-/// column (`cols` values, e.g. the mean square of that input on calibration text), so
-/// the tables fit best where errors cost most.
-pub fn palettize_weighted(
     w: &[f32],
     rows: usize,
     cols: usize,
@@ -305,7 +293,7 @@ mod tests {
         for bits in [2, 4] {
             let (rows, cols) = (37, 96);
             let w = weights(rows * cols, bits as u64);
-            let p = palettize(&w, rows, cols, bits, 16, 7);
+            let p = palettize(&w, rows, cols, bits, 16, 7, None);
             assert_eq!(p.luts.len(), 3 * (1 << bits), "3 groups of 16, 16, 5 rows");
             let deq = p.dequantize();
             for (i, (&q, &d)) in p.indices.iter().zip(&deq).enumerate() {
@@ -327,7 +315,7 @@ mod tests {
     fn packed_words_and_tables_round_trip_through_gguf_bytes() {
         for bits in [2, 4] {
             let (rows, cols) = (21, 64);
-            let p = palettize(&weights(rows * cols, 3), rows, cols, bits, 8, 1);
+            let p = palettize(&weights(rows * cols, 3), rows, cols, bits, 8, 1, None);
             let words = p.pack_indices();
             assert_eq!(words.len(), rows * row_words(bits, cols));
             let idx: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -358,8 +346,8 @@ mod tests {
                 .map(|i| imp[i % cols] as f64 * ((d[i] - w[i]) as f64).powi(2))
                 .sum::<f64>()
         };
-        let plain = palettize(&w, rows, cols, 2, 16, 1);
-        let weighted = palettize_weighted(&w, rows, cols, 2, 16, 1, Some(&imp));
+        let plain = palettize(&w, rows, cols, 2, 16, 1, None);
+        let weighted = palettize(&w, rows, cols, 2, 16, 1, Some(&imp));
         assert!(
             err(&weighted) < err(&plain) * 0.7,
             "{} vs {}",
@@ -373,7 +361,7 @@ mod tests {
         for (bits, seed) in [(2, 1), (4, 2), (4, 3)] {
             let (rows, cols) = (64, 128);
             let w = weights(rows * cols, seed);
-            let km = palettize(&w, rows, cols, bits, 16, seed).mse(&w);
+            let km = palettize(&w, rows, cols, bits, 16, seed, None).mse(&w);
             let un = uniform(&w, rows, cols, bits, 16).mse(&w);
             assert!(km <= un, "{bits}-bit: k-means MSE {km} vs uniform {un}");
             assert!(
@@ -387,11 +375,11 @@ mod tests {
     fn deterministic_for_a_seed_and_few_distinct_values_are_exact() {
         let w = weights(32 * 64, 9);
         assert_eq!(
-            palettize(&w, 32, 64, 4, 16, 5),
-            palettize(&w, 32, 64, 4, 16, 5)
+            palettize(&w, 32, 64, 4, 16, 5, None),
+            palettize(&w, 32, 64, 4, 16, 5, None)
         );
         let three = [0.5f32, -1.0, 2.0].repeat(64);
-        let p = palettize(&three, 3, 64, 2, 16, 1);
+        let p = palettize(&three, 3, 64, 2, 16, 1, None);
         assert_eq!(p.dequantize(), three);
     }
 }

@@ -177,6 +177,10 @@ impl Net {
                 return Err(candle_core::Error::Msg("a convolution layer".into()));
             }
             let lin = |p: Proj, x: &Tensor| linear(x, &layer.proj[p.index()], loras, l, p);
+            // A sub-block's output (normed after, where the family does) scaled and added.
+            let add = |x: &Tensor, out: Tensor, post: Option<&Tensor>| {
+                residual(x, out, post, block.residual_scale, c.rms_eps)
+            };
             // Attention.
             let h = rmsnorm(&x, &layer.attn_norm, c.rms_eps)?;
             let (mut q, mut k, mut v) = (lin(Proj::Q, &h)?, lin(Proj::K, &h)?, lin(Proj::V, &h)?);
@@ -216,14 +220,7 @@ impl Net {
                 .transpose(1, 2)?
                 .contiguous()?
                 .reshape((b, t, c.q_dim()))?;
-            let out = lin(Proj::O, &o)?;
-            x = residual(
-                &x,
-                out,
-                layer.post_attn_norm.as_ref(),
-                block.residual_scale,
-                c.rms_eps,
-            )?;
+            x = add(&x, lin(Proj::O, &o)?, layer.post_attn_norm.as_ref())?;
             // MLP.
             let h = rmsnorm(&x, &layer.ffn_norm, c.rms_eps)?;
             let gate = lin(Proj::Gate, &h)?;
@@ -232,13 +229,10 @@ impl Net {
                 Activation::Silu => gate.silu()?,
                 Activation::GeluTanh => gate.gelu()?,
             };
-            let out = lin(Proj::Down, &(act * up)?)?;
-            x = residual(
+            x = add(
                 &x,
-                out,
+                lin(Proj::Down, &(act * up)?)?,
                 layer.post_ffn_norm.as_ref(),
-                block.residual_scale,
-                c.rms_eps,
             )?;
         }
         let h = rmsnorm(&x, &self.output_norm, c.rms_eps)?;

@@ -16,12 +16,9 @@ use crate::common::gpu_model as model;
 
 fn make(rank: usize, modules: &[&str], seed: u64, zero_b: bool) -> Adapter {
     let spec = FixtureSpec {
-        rank,
-        alpha: 2.0 * rank as f32,
-        modules,
-        seed,
         zero_b,
         half: seed.is_multiple_of(2),
+        ..FixtureSpec::new(rank, modules, seed)
     };
     let (config, weights) = fixture::write(&model().config, &spec);
     adapters::parse(config.as_bytes(), &weights, &model().config).expect("fixture parses")
@@ -144,14 +141,7 @@ fn unloading_frees_the_adapter_and_memory_is_counted() {
 #[test]
 fn bad_adapters_are_clear_errors_and_the_model_keeps_working() {
     let c = &model().config;
-    let spec = FixtureSpec {
-        rank: 8,
-        alpha: 16.0,
-        modules: &["q_proj", "v_proj"],
-        seed: 9,
-        zero_b: false,
-        half: false,
-    };
+    let spec = FixtureSpec::new(8, &["q_proj", "v_proj"], 9);
     let (config, weights) = fixture::write(c, &spec);
     let err = |cfg: &str, w: &[u8], c: &pippin::model::Config| {
         adapters::parse(cfg.as_bytes(), w, c)
@@ -208,8 +198,24 @@ fn q_k_row_permutation_matches_rope_layouts() {
         .collect();
     let mut q_hf = pippin::model::reference::matmul(&x, &w_hf, cols);
     let mut q_gguf = pippin::model::reference::matmul(&x, &w_gguf, cols);
-    pippin::model::reference::rope(&mut q_hf, heads * hd, hd, RopeStyle::HalfSplit, &freqs, 7);
-    pippin::model::reference::rope(&mut q_gguf, heads * hd, hd, RopeStyle::Adjacent, &freqs, 7);
+    pippin::model::reference::rope(
+        &mut q_hf,
+        heads * hd,
+        hd,
+        RopeStyle::HalfSplit,
+        &freqs,
+        7,
+        1.0,
+    );
+    pippin::model::reference::rope(
+        &mut q_gguf,
+        heads * hd,
+        hd,
+        RopeStyle::Adjacent,
+        &freqs,
+        7,
+        1.0,
+    );
     let q_hf_permuted = permute_rows(&q_hf, 1, heads, hd);
     pippin::testing::assert_close("RoPE of permuted rows", &q_gguf, &q_hf_permuted, 1e-5);
 }

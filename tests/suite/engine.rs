@@ -13,14 +13,7 @@ use pippin::Error;
 
 /// A PEFT adapter's two files (random weights, rank `rank`, the given modules).
 fn adapter_files(e: &Engine, rank: usize, modules: &[&str], seed: u64) -> (Vec<u8>, Vec<u8>) {
-    let spec = FixtureSpec {
-        rank,
-        alpha: 2.0 * rank as f32,
-        modules,
-        seed,
-        zero_b: false,
-        half: false,
-    };
+    let spec = FixtureSpec::new(rank, modules, seed);
     let (config, weights) = fixture::write(e.config(), &spec);
     (config.into_bytes(), weights)
 }

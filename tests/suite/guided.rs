@@ -13,7 +13,7 @@ use common::{cpu_model, model_path};
 use common::plain::Through;
 use pippin::engine::{
     self, Backend, CpuBackend, CpuState, FinishReason, GenerateOptions, GpuBackend, GpuSession,
-    Logits, SessionOptions, Want,
+    Logits, Masked, SessionOptions, Want,
 };
 use pippin::gguf::Gguf;
 use pippin::guided::ResponseFormat;
@@ -436,7 +436,8 @@ fn the_mask_is_computed_once_a_step() {
         calls += 1;
         Ok(vec![u32::MAX; tk.vocab_size().div_ceil(32)])
     };
-    let l = pollster::block_on(b.forward_masked(&[prompt[0]], Want::top(4), &mut mask)).unwrap();
+    let (tokens, want, mask) = (&prompt[..1], Want::top(4), &mut mask);
+    let l = pollster::block_on(b.forward_masked(Masked { tokens, want, mask })).unwrap();
     assert_eq!(calls, 1);
     assert!(matches!(l, Logits::Top(ref t) if t.len() == 4), "{l:?}");
 }

@@ -47,7 +47,7 @@ fn packed_as(kind: Kind, w: &[f32], rows: usize, cols: usize) -> (Packed, Vec<f3
             (pack(ty, &bytes, rows * cols).unwrap(), deq)
         }
         Palette(bits, lut_rows) => {
-            let p = palettize(w, rows, cols, bits, lut_rows, 1);
+            let p = palettize(w, rows, cols, bits, lut_rows, 1, None);
             (pack_palette(&p).unwrap(), p.dequantize())
         }
     }
@@ -82,6 +82,21 @@ fn epilogue(accumulate: bool) -> (f32, f32) {
         (0.75, 0.0)
     } else {
         (1.0, 3.0)
+    }
+}
+
+/// `x` (rows of `xs`) times a matrix into `y` (rows of `ys`) with a case's epilogue.
+fn io_with<'a>(
+    accumulate: bool,
+    x: (&'a wgpu::Buffer, usize),
+    y: (&'a wgpu::Buffer, usize),
+) -> Io<'a> {
+    let (scale, cap) = epilogue(accumulate);
+    Io {
+        accumulate,
+        scale,
+        cap,
+        ..Io::new(x, y)
     }
 }
 
@@ -125,12 +140,7 @@ fn check_on(
     let (xb, yb) = (c.buf(&x), c.buf(&y0));
     let step = c.step(t, 0);
     c.run(|pass| {
-        let io = Io {
-            accumulate,
-            scale: epilogue(accumulate).0,
-            cap: epilogue(accumulate).1,
-            ..Io::new((&xb, cols), (&yb, rows))
-        };
+        let io = io_with(accumulate, (&xb, cols), (&yb, rows));
         matmul::matmul(kernels, pass, &step, &m, &io, t).unwrap();
     });
     let got = c.read(&yb, t * rows);
@@ -202,21 +212,12 @@ fn check_tokens_bitwise(
         c.run(|pass| {
             let io = Io {
                 y_offset: off,
-                accumulate,
-                scale: epilogue(accumulate).0,
-                cap: epilogue(accumulate).1,
-                ..Io::new((&xb, xs), (&yb, ys))
+                ..io_with(accumulate, (&xb, xs), (&yb, ys))
             };
             match kind {
                 Gemv::Plain => matmul::gemv(kernels, pass, &step, &m, &io, tokens).unwrap(),
                 Gemv::Normed(glu) => {
-                    let norm = NormIn {
-                        weights: &gb,
-                        eps: 1e-6,
-                        glu,
-                        normed: &nb,
-                        write_normed: true,
-                    };
+                    let norm = NormIn::new(&gb, 1e-6, glu, &nb);
                     matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, tokens).unwrap()
                 }
             }
@@ -529,19 +530,8 @@ fn check_norm_gemv(
     let step = c.step(1, 0);
     let eps = 1e-6;
     c.run(|pass| {
-        let io = Io {
-            accumulate,
-            scale: epilogue(accumulate).0,
-            cap: epilogue(accumulate).1,
-            ..Io::new((&xb, cols), (&yb, rows))
-        };
-        let norm = NormIn {
-            weights: &gb,
-            eps,
-            glu,
-            normed: &nb,
-            write_normed: true,
-        };
+        let io = io_with(accumulate, (&xb, cols), (&yb, rows));
+        let norm = NormIn::new(&gb, eps, glu, &nb);
         matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, 1).unwrap();
     });
     let xn = reference::rmsnorm(&x, &g, eps);

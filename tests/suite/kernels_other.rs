@@ -118,8 +118,8 @@ fn rope_both_styles_partial_dims_qk_norm_and_none() {
             let freqs = if rotate { &freqs[..] } else { &[] };
             let (qd, kd, hd, style) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.rope_style);
             let (pos, m) = (pos0 + ti, cfg.rope_mscale);
-            reference::rope_scaled(&mut q, qd, hd, style, freqs, pos, m);
-            reference::rope_scaled(&mut k, kd, hd, style, freqs, pos, m);
+            reference::rope(&mut q, qd, hd, style, freqs, pos, m);
+            reference::rope(&mut k, kd, hd, style, freqs, pos, m);
             let g = &got[ti * stride..][..stride];
             assert!(max_diff(&g[..cfg.q_dim()], &q) < 1e-5, "{cfg:?} q");
             assert!(
@@ -317,14 +317,7 @@ fn windowed_attention_case(
                 }
             }
         }
-        let s = AttnShape {
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            scale: cfg.attn_scale,
-            softcap: cfg.attn_softcap,
-            window: if window > 0 { window } else { usize::MAX },
-        };
+        let s = AttnShape::of(cfg, window);
         reference::attention(&q, &k, &v, kv_len, s)
     };
     (got, split(true), split(false))
@@ -417,7 +410,7 @@ fn fused_decode_case(
                 v = reference::rmsnorm(&v, w, cfg.rms_eps);
             }
             let len = v.len();
-            reference::rope_scaled(
+            reference::rope(
                 &mut v,
                 len,
                 hd,
@@ -464,14 +457,7 @@ fn fused_decode_case(
             dst.extend(part.chunks(hd).flat_map(|h| round_trip(format, h)));
         }
     }
-    let s = AttnShape {
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: hd,
-        scale: cfg.attn_scale,
-        softcap: cfg.attn_softcap,
-        window: if window > 0 { window } else { usize::MAX },
-    };
+    let s = AttnShape::of(cfg, window);
     let q = &rows[prefix * stride..][..qd];
     (got, reference::attention(q, &k, &v, kv_len, s))
 }

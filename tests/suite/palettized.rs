@@ -195,14 +195,7 @@ fn four_bit_model_answers_and_stays_within_its_perplexity_bound() {
 fn lora_adapters_work_on_palettized_weights() {
     let (path, _) = four_bit();
     let m = gpu_model(path);
-    let spec = FixtureSpec {
-        rank: 8,
-        alpha: 16.0,
-        modules: &adapters::MODULES,
-        seed: 5,
-        zero_b: false,
-        half: false,
-    };
+    let spec = FixtureSpec::new(8, &adapters::MODULES, 5);
     let (config, weights) = fixture::write(&m.config, &spec);
     let adapter = adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
     let prompt = &tokens(path, 9);

@@ -471,14 +471,7 @@ mod default_model {
 
         // A task adapter stacks on the recovery adapter: the reference with both merged.
         let task = root().join("target/test-recovered/task");
-        let spec = FixtureSpec {
-            rank: 4,
-            alpha: 8.0,
-            modules: &["q_proj", "down_proj"],
-            seed: 3,
-            zero_b: false,
-            half: false,
-        };
+        let spec = FixtureSpec::new(4, &["q_proj", "down_proj"], 3);
         let (config, weights) = fixture::write(&with.config, &spec);
         std::fs::create_dir_all(&task).unwrap();
         std::fs::write(task.join("adapter_config.json"), config.as_bytes()).unwrap();

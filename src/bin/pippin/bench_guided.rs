@@ -2,7 +2,7 @@
 //! (llguidance over the model's vocabulary) in a real JSON Schema reply, and decode
 //! tokens/s with and without the mask, greedy on the engine's session (GPU or CPU).
 
-use pippin::engine::{Backend, Engine, Logits, Want};
+use pippin::engine::{Backend, Engine, Logits, Masked, Want};
 use pippin::guided::{allows, GrammarCache, Guide, ResponseFormat};
 use pippin::tokenizer::Message;
 use pippin::{Error, Result};
@@ -131,7 +131,8 @@ fn reply(
             Ok(guide.mask().to_vec())
         };
         let step = if overlap {
-            pollster::block_on(b.forward_masked(&[token], Want::top(1), &mut mask))?
+            let (tokens, want, mask) = (&[token][..], Want::top(1), &mut mask);
+            pollster::block_on(b.forward_masked(Masked { tokens, want, mask }))?
         } else {
             let bits = mask()?;
             pollster::block_on(b.forward(&[token], masked(&bits)))?

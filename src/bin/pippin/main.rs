@@ -740,18 +740,15 @@ fn make_adapter(
     seed: u64,
     zero_b: bool,
 ) -> Result<()> {
+    use pippin::adapters::fixture::{self, FixtureSpec};
     let (g, _) = Gguf::open(model)?;
     let c = Config::from_gguf(&g)?;
     let modules: Vec<&str> = modules.split(',').map(str::trim).collect();
-    let spec = pippin::adapters::fixture::FixtureSpec {
-        rank,
-        alpha: 2.0 * rank as f32,
-        modules: &modules,
-        seed,
+    let spec = FixtureSpec {
         zero_b,
-        half: false,
+        ..FixtureSpec::new(rank, &modules, seed)
     };
-    let (config, weights) = pippin::adapters::fixture::write(&c, &spec);
+    let (config, weights) = fixture::write(&c, &spec);
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("adapter_config.json"), config)?;
     std::fs::write(out.join("adapter_model.safetensors"), weights)?;

@@ -3,7 +3,7 @@
 //! (blanket impl), and the box is a `Backend` again. The engine dispatches through
 //! this and nothing else: a new backend implements `Backend`, never a match arm here.
 
-use super::{Backend, LateMask, Logits, Want};
+use super::{Backend, Logits, Masked, Want};
 use crate::error::Result;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,12 +27,7 @@ pub trait DynBackend {
     fn dyn_submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()>;
     fn dyn_chosen(&mut self) -> Boxed<'_, u32>;
     fn dyn_cancel(&mut self);
-    fn dyn_forward_masked<'a>(
-        &'a mut self,
-        tokens: &'a [u32],
-        want: Want<'a>,
-        mask: LateMask<'a>,
-    ) -> Boxed<'a, Logits>;
+    fn dyn_forward_masked<'a>(&'a mut self, step: Masked<'a>) -> Boxed<'a, Logits>;
 }
 
 impl<B: Backend> DynBackend for B {
@@ -69,13 +64,8 @@ impl<B: Backend> DynBackend for B {
     fn dyn_cancel(&mut self) {
         self.cancel()
     }
-    fn dyn_forward_masked<'a>(
-        &'a mut self,
-        tokens: &'a [u32],
-        want: Want<'a>,
-        mask: LateMask<'a>,
-    ) -> Boxed<'a, Logits> {
-        Box::pin(self.forward_masked(tokens, want, mask))
+    fn dyn_forward_masked<'a>(&'a mut self, step: Masked<'a>) -> Boxed<'a, Logits> {
+        Box::pin(self.forward_masked(step))
     }
 }
 
@@ -113,12 +103,11 @@ impl Backend for AnyBackend<'_> {
     fn cancel(&mut self) {
         self.as_mut().dyn_cancel()
     }
-    async fn forward_masked(
-        &mut self,
-        tokens: &[u32],
-        want: Want<'_>,
-        mask: LateMask<'_>,
-    ) -> Result<Logits> {
-        self.as_mut().dyn_forward_masked(tokens, want, mask).await
+    async fn forward_masked(&mut self, step: Masked<'_>) -> Result<Logits> {
+        // Rebuilt: the mask's borrow shortens to this call's (a struct does not coerce).
+        let Masked { tokens, want, mask } = step;
+        self.as_mut()
+            .dyn_forward_masked(Masked { tokens, want, mask })
+            .await
     }
 }

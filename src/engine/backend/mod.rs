@@ -128,24 +128,16 @@ pub trait Backend {
     /// Drops the submitted steps not read yet, and the tokens they ran, from the cache.
     fn cancel(&mut self) {}
 
-    /// As `forward`, with the grammar mask (`Want::mask`) given by `mask`, which a
-    /// backend calls while the device runs the step's layers (the mask is needed only
-    /// where candidates are chosen); this one computes it first.
-    async fn forward_masked(
-        &mut self,
-        tokens: &[u32],
-        want: Want<'_>,
-        mask: LateMask<'_>,
-    ) -> Result<Logits> {
-        let bits = mask()?;
-        self.forward(
-            tokens,
-            Want {
-                mask: Some(&bits),
-                ..want
-            },
-        )
-        .await
+    /// As `forward`, with the grammar mask (`Want::mask`) given by `step.mask`, which
+    /// a backend calls while the device runs the step's layers (the mask is needed
+    /// only where candidates are chosen); this one computes it first.
+    async fn forward_masked(&mut self, step: Masked<'_>) -> Result<Logits> {
+        let bits = (step.mask)()?;
+        let want = Want {
+            mask: Some(&bits),
+            ..step.want
+        };
+        self.forward(step.tokens, want).await
     }
 }
 
@@ -164,6 +156,13 @@ pub async fn verify_by_steps<B: Backend>(b: &mut B, tokens: &[u32]) -> Result<Ve
 
 /// Computes a step's grammar mask when the backend asks (see `forward_masked`).
 pub type LateMask<'a> = &'a mut dyn FnMut() -> Result<Vec<u32>>;
+
+/// A step of `forward_masked`: its tokens, what it wants, and its mask computed late.
+pub struct Masked<'a> {
+    pub tokens: &'a [u32],
+    pub want: Want<'a>,
+    pub mask: LateMask<'a>,
+}
 
 /// How many leading tokens two sequences share.
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {

@@ -4,7 +4,7 @@
 
 use super::lora::GpuLoraAdapter;
 use super::model::GpuModel;
-use crate::engine::backend::{Backend, LateMask, Logits, SessionOptions, Want};
+use crate::engine::backend::{Backend, LateMask, Logits, Masked, SessionOptions, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache};
@@ -760,12 +760,8 @@ impl Backend for GpuBackend<'_> {
             .run(self.model, self.adapter, tokens, want, None)
             .await
     }
-    async fn forward_masked(
-        &mut self,
-        tokens: &[u32],
-        want: Want<'_>,
-        mask: LateMask<'_>,
-    ) -> Result<Logits> {
+    async fn forward_masked(&mut self, step: Masked<'_>) -> Result<Logits> {
+        let Masked { tokens, want, mask } = step;
         self.session
             .run(self.model, self.adapter, tokens, want, Some(mask))
             .await

@@ -168,12 +168,8 @@ pub fn precompiled_load(
 pub fn rank8_adapter() -> (String, Vec<u8>) {
     use pippin::adapters::fixture::{write, FixtureSpec};
     let spec = FixtureSpec {
-        rank: 8,
-        alpha: 16.0,
-        modules: &pippin::adapters::MODULES,
-        seed: 3,
-        zero_b: false,
         half: true,
+        ..FixtureSpec::new(8, &pippin::adapters::MODULES, 3)
     };
     write(&reference().config, &spec)
 }

@@ -16,6 +16,16 @@ use crate::kernels::Pass;
 use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
 
+/// One layer of one forward pass: the model, the layer, its adapter's updates by
+/// projection, the tokens.
+#[derive(Clone, Copy)]
+struct LayerAt<'a> {
+    m: &'a GpuModel,
+    l: usize,
+    lora: &'a dyn Fn(Proj) -> Option<&'a GpuLora>,
+    n: usize,
+}
+
 impl GpuSession {
     /// Whether `n` tokens run as a decode step runs one (a speculative check's few
     /// too): the norms folded into GEMVs that decode each weight once for all of them,
@@ -137,11 +147,17 @@ impl GpuSession {
                     .and_then(|a| a.layers.get(l))
                     .and_then(|ls| ls[p].as_ref())
             };
+            let at = LayerAt {
+                m,
+                l,
+                lora: &lora,
+                n,
+            };
             match &m.layers[l].conv {
-                Some(taps) => self.encode_conv(m, l, taps, &lora, pass, n)?,
-                None => self.encode_attention(m, l, &lora, pass, n, pos0)?,
+                Some(taps) => self.encode_conv(at, taps, pass)?,
+                None => self.encode_attention(at, pass, pos0)?,
             }
-            self.encode_mlp(m, l, &lora, pass, n)?;
+            self.encode_mlp(at, pass)?;
         }
         Ok(())
     }
@@ -189,15 +205,8 @@ impl GpuSession {
         }
     }
 
-    fn encode_attention<'a>(
-        &self,
-        m: &GpuModel,
-        l: usize,
-        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut Pass,
-        n: usize,
-        pos0: usize,
-    ) -> Result<()> {
+    fn encode_attention(&self, at: LayerAt, pass: &mut Pass, pos0: usize) -> Result<()> {
+        let LayerAt { m, l, lora, n } = at;
         let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
         let (qd, kd, step, kv) = (c.q_dim(), c.kv_dim(), &b.step, self.opts.kv);
         let stride = qd + 2 * kd;
@@ -260,15 +269,8 @@ impl GpuSession {
     /// stack), y = C ⊙ conv(B ⊙ x) over the layer's state ring, out_proj (held as O)
     /// added to x. Three dispatches for one token: norm+in_proj, the convolution,
     /// out_proj.
-    fn encode_conv<'a>(
-        &self,
-        m: &GpuModel,
-        l: usize,
-        taps: &wgpu::Buffer,
-        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut Pass,
-        n: usize,
-    ) -> Result<()> {
+    fn encode_conv(&self, at: LayerAt, taps: &wgpu::Buffer, pass: &mut Pass) -> Result<()> {
+        let LayerAt { m, l, lora, n } = at;
         let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
         let (h, stride) = (c.hidden, 3 * c.hidden);
         self.normed_matmul(
@@ -300,14 +302,8 @@ impl GpuSession {
         self.project(m, pass, &w.wo, lora(Proj::O), &io, n)
     }
 
-    fn encode_mlp<'a>(
-        &self,
-        m: &GpuModel,
-        l: usize,
-        lora: &dyn Fn(Proj) -> Option<&'a GpuLora>,
-        pass: &mut Pass,
-        n: usize,
-    ) -> Result<()> {
+    fn encode_mlp(&self, at: LayerAt, pass: &mut Pass) -> Result<()> {
+        let LayerAt { m, l, lora, n } = at;
         let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
         let (f, block) = (c.ffn_dim, c.block(l));
         let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
