@@ -17,37 +17,25 @@ use crate::model::{Config, Proj, RopeStyle};
 /// The seven linear layers of a block, in Hugging Face's names (`Proj::ALL` order).
 pub const MODULES: [&str; 7] = Proj::HF_NAMES;
 
-/// GGUF llama files store Q and K rows permuted for adjacent-pair RoPE (as llama.cpp's
-/// converter does): row (h, j, i) of Hugging Face's layout is row (h, i, j) here.
-/// An adapter's B for q_proj/k_proj needs the same permutation.
-/// Generic over the element so raw tensor bytes permute too (`rank` = bytes a row).
-pub fn permute_rows<T: Copy + Default>(
-    b: &[T],
-    rank: usize,
-    heads: usize,
-    head_dim: usize,
-) -> Vec<T> {
-    reorder_rows(b, rank, heads, head_dim, true)
+/// The row order of Q and K (and an adapter's B for q_proj/k_proj): GGUF llama files
+/// store them permuted for adjacent-pair RoPE (as llama.cpp's converter does): row
+/// (h, j, i) of Hugging Face's layout is row (h, i, j) there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    Gguf,
+    /// What a PEFT file stores.
+    HuggingFace,
 }
 
-/// The inverse of `permute_rows`: GGUF's row order back to Hugging Face's (what a
-/// PEFT file stores).
-pub fn unpermute_rows<T: Copy + Default>(
+/// `b`'s rows (each `rank` elements) of `heads` heads of `head_dim`, moved into order
+/// `to` from the other: row (h, j·half + i) ⇄ (h, 2i + j). Generic over the element so
+/// raw tensor bytes move too (`rank` = bytes a row).
+pub fn reorder_rows<T: Copy + Default>(
     b: &[T],
     rank: usize,
     heads: usize,
     head_dim: usize,
-) -> Vec<T> {
-    reorder_rows(b, rank, heads, head_dim, false)
-}
-
-/// Moves row (h, j·half + i) to (h, 2i + j) (`to_gguf`) or back.
-fn reorder_rows<T: Copy + Default>(
-    b: &[T],
-    rank: usize,
-    heads: usize,
-    head_dim: usize,
-    to_gguf: bool,
+    to: RowOrder,
 ) -> Vec<T> {
     let half = head_dim / 2;
     let mut out = vec![T::default(); b.len()];
@@ -56,7 +44,10 @@ fn reorder_rows<T: Copy + Default>(
             for j in 0..2 {
                 let gguf = h * head_dim + 2 * i + j;
                 let hf = h * head_dim + j * half + i;
-                let (dst, src) = if to_gguf { (gguf, hf) } else { (hf, gguf) };
+                let (dst, src) = match to {
+                    RowOrder::Gguf => (gguf, hf),
+                    RowOrder::HuggingFace => (hf, gguf),
+                };
                 out[dst * rank..][..rank].copy_from_slice(&b[src * rank..][..rank]);
             }
         }

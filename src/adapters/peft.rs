@@ -1,7 +1,7 @@
 //! Reading PEFT's files: the JSON config and the safetensors weights, bounded and
 //! checked against the model with errors that name the first mismatch.
 
-use super::{needs_permutation, permute_rows, Adapter, Lora};
+use super::{needs_permutation, reorder_rows, Adapter, Lora, RowOrder};
 use crate::error::{Error, Result};
 use crate::model::Config;
 use crate::model::{PerProj, Proj};
@@ -220,7 +220,7 @@ fn lora(
     }
     let mut bs: Vec<f32> = b.data.iter().map(|v| v * scale).collect();
     if let Some(heads) = needs_permutation(c, m) {
-        bs = permute_rows(&bs, cfg.r, heads, c.head_dim);
+        bs = reorder_rows(&bs, cfg.r, heads, c.head_dim, RowOrder::Gguf);
     }
     Ok(Lora {
         rank: cfg.r,

@@ -3,7 +3,7 @@
 //! Q/K rows permuted for adjacent-pair RoPE as llama.cpp's converter does, and the
 //! tokenizer carried whole as `tokenizer.huggingface.json`.
 
-use crate::adapters::permute_rows;
+use crate::adapters::{reorder_rows, RowOrder};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Metadata, TensorInfo, Value};
 use crate::quant::GgmlType;
@@ -197,7 +197,7 @@ impl HfCheckpoint {
         Ok(match p.permute {
             Some(heads) => {
                 let row_bytes = data.len() / (heads * self.head_dim).max(1);
-                permute_rows(&data, row_bytes, heads, self.head_dim)
+                reorder_rows(&data, row_bytes, heads, self.head_dim, RowOrder::Gguf)
             }
             None => data,
         })

@@ -343,12 +343,7 @@ fn write_tensors(
                 cal,
                 (l, m),
             );
-            let idx: Vec<u8> = p
-                .pack_indices()
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            let lut: Vec<u8> = p.luts.iter().flat_map(|h| h.to_le_bytes()).collect();
+            let (idx, lut) = p.stored();
             let words = crate::quant::palette::row_words(e.bits, e.cols) as u64;
             w.tensor(
                 &format!("{}.pidx", t.name),

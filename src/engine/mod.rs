@@ -62,6 +62,16 @@ pub struct GenerateOptions {
     pub logit_bias: LogitBias,
 }
 
+impl GenerateOptions {
+    /// The defaults (greedy, no stop strings), at most `max_tokens` tokens.
+    pub fn up_to(max_tokens: usize) -> Self {
+        GenerateOptions {
+            max_tokens,
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for GenerateOptions {
     fn default() -> Self {
         GenerateOptions {

@@ -61,6 +61,14 @@ impl Palettized {
             .collect()
     }
 
+    /// The packed indices and the f16 tables as a palettized file stores them (little
+    /// endian).
+    pub fn stored(&self) -> (Vec<u8>, Vec<u8>) {
+        let idx = self.pack_indices().into_iter().flat_map(u32::to_le_bytes);
+        let lut = self.luts.iter().flat_map(|h| h.to_le_bytes());
+        (idx.collect(), lut.collect())
+    }
+
     /// The tables as f16 pairs, two entries a word (the GPU's `w_scales`).
     pub fn lut_words(&self) -> Vec<u32> {
         self.luts

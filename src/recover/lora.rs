@@ -3,7 +3,7 @@
 //! within ±1/√in, B zero: the adapter starts as the identity), and their PEFT form.
 
 use super::net::ce;
-use crate::adapters::{needs_permutation, unpermute_rows, PeftLora};
+use crate::adapters::{needs_permutation, reorder_rows, PeftLora, RowOrder};
 use crate::error::Result;
 use crate::model::{Config, Proj};
 use crate::rng::Rng;
@@ -75,7 +75,7 @@ impl Loras {
                 let a = flat(&u.a).map_err(ce)?;
                 let mut b = flat(&u.b).map_err(ce)?;
                 if let Some(heads) = needs_permutation(c, p) {
-                    b = unpermute_rows(&b, self.rank, heads, c.head_dim);
+                    b = reorder_rows(&b, self.rank, heads, c.head_dim, RowOrder::HuggingFace);
                 }
                 out.push(PeftLora {
                     layer,

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::model_path;
 use pippin::adapters::fixture::{self, FixtureSpec};
-use pippin::adapters::{self, permute_rows, Adapter};
+use pippin::adapters::{self, reorder_rows, Adapter, RowOrder};
 use pippin::engine::{
     Backend, GpuBackend, GpuLoraAdapter, GpuSession, Logits, SessionOptions, Want,
 };
@@ -192,7 +192,7 @@ fn q_k_row_permutation_matches_rope_layouts() {
     let mut rng = pippin::sampler::Rng::new(3);
     let w_hf: Vec<f32> = (0..heads * hd * cols).map(|_| rng.next_f32()).collect();
     let x: Vec<f32> = (0..cols).map(|_| rng.next_f32()).collect();
-    let w_gguf = permute_rows(&w_hf, cols, heads, hd);
+    let w_gguf = reorder_rows(&w_hf, cols, heads, hd, RowOrder::Gguf);
     let freqs: Vec<f32> = (0..hd / 2)
         .map(|i| 10_000f32.powf(-2.0 * i as f32 / hd as f32))
         .collect();
@@ -216,6 +216,6 @@ fn q_k_row_permutation_matches_rope_layouts() {
         7,
         1.0,
     );
-    let q_hf_permuted = permute_rows(&q_hf, 1, heads, hd);
+    let q_hf_permuted = reorder_rows(&q_hf, 1, heads, hd, RowOrder::Gguf);
     pippin::testing::assert_close("RoPE of permuted rows", &q_gguf, &q_hf_permuted, 1e-5);
 }

@@ -141,12 +141,7 @@ fn palettized_matrices_multiply_like_their_tables() {
                 .for_each(|v| *v *= [1.0, 0.0, 1e-3, 50.0][r % 4]);
         }
         let p = palette::uniform(&w, rows, cols, bits, rows_per_lut);
-        let idx: Vec<u8> = p
-            .pack_indices()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let lut: Vec<u8> = p.luts.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (idx, lut) = p.stored();
         let m = QMatrix::palette(bits, (rows, cols), rows_per_lut, &idx, &lut).unwrap();
         let x = activations(TOKENWISE + 1, cols, 9);
         let want = matmul(&x, &p.dequantize(), cols);
@@ -263,10 +258,7 @@ fn an_int8_kv_cache_is_the_default_and_stays_close_to_f32() {
 
 /// The engine's greedy reply to `prompt` (at most `n` tokens) and its token count.
 fn greedy(e: &mut Engine, prompt: &str, n: usize, adapter: AdapterChoice) -> (String, usize) {
-    let opts = GenerateOptions {
-        max_tokens: n,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(n);
     let p = Prompt::Text(prompt.into());
     let id = pollster::block_on(e.start(&p, &opts, &adapter)).unwrap();
     let mut text = String::new();

@@ -95,10 +95,7 @@ fn engine(team: Option<Arc<dyn Team>>) -> Engine {
 
 /// The engine's greedy reply, or the first error.
 fn greedy(e: &mut Engine, n: usize, adapter: AdapterChoice) -> pippin::error::Result<String> {
-    let opts = GenerateOptions {
-        max_tokens: n,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(n);
     let id =
         pollster::block_on(e.start(&Prompt::Text("Once upon a time".into()), &opts, &adapter))?;
     let mut text = String::new();

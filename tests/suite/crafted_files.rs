@@ -53,6 +53,27 @@ fn meta(k: &str, v: u32) -> (String, Value) {
     (k.to_string(), Value::U32(v))
 }
 
+/// `s` without the tensors `names`.
+fn without(s: Spec, names: &[&str]) -> Spec {
+    Spec {
+        drop: names.iter().map(|n| n.to_string()).collect(),
+        ..s
+    }
+}
+
+/// `s` without tensor `name` is refused, naming it as missing.
+fn missing(case: &str, s: Spec, name: &str) {
+    refused(case, &without(s, &[name]).bytes(), &[name, "missing"]);
+}
+
+/// The Llama-shaped file as family `arch` (its own parts added by the caller).
+fn llama_as(arch: &'static str) -> Spec {
+    Spec {
+        arch,
+        ..Spec::llama()
+    }
+}
+
 #[test]
 fn valid_synthetic_models_load_on_both_loaders() {
     for (name, spec) in [("llama", Spec::llama()), ("gemma3", Spec::gemma3(8))] {
@@ -165,32 +186,24 @@ fn tensor_types_named_in_errors() {
 
 #[test]
 fn missing_pieces_are_named() {
-    let s = Spec {
-        drop: vec!["blk.1.post_ffw_norm.weight".into()],
-        ..Spec::gemma3(8)
-    };
-    refused(
+    missing(
         "gemma-no-post-norm",
-        &s.bytes(),
-        &["blk.1.post_ffw_norm.weight", "missing"],
+        Spec::gemma3(8),
+        "blk.1.post_ffw_norm.weight",
     );
-    let s = Spec {
-        drop: vec![
-            "blk.0.post_attention_norm.weight".into(),
-            "blk.0.post_ffw_norm.weight".into(),
+    let s = without(
+        Spec::gemma3(8),
+        &[
+            "blk.0.post_attention_norm.weight",
+            "blk.0.post_ffw_norm.weight",
         ],
-        ..Spec::gemma3(8)
-    };
+    );
     refused(
         "gemma-no-post-norms",
         &s.bytes(),
         &["gemma3", "post_attention_norm"],
     );
-    let s = Spec {
-        drop: vec!["blk.0.attn_k.weight".into()],
-        ..Spec::llama()
-    };
-    refused("no-attn-k", &s.bytes(), &["blk.0.attn_k.weight", "missing"]);
+    missing("no-attn-k", Spec::llama(), "blk.0.attn_k.weight");
     let s = Spec {
         arch: "bert",
         ..Spec::llama()
@@ -302,19 +315,8 @@ fn a_failing_header_check_stops_the_load() {
 /// or impossible: an error naming the tensor or key.
 #[test]
 fn family_parts_missing_or_wrong_are_named() {
-    let qwen2 = || Spec {
-        arch: "qwen2",
-        ..Spec::llama()
-    };
-    let s = Spec {
-        drop: vec!["blk.1.attn_v.bias".into()],
-        ..qwen2()
-    };
-    refused(
-        "qwen2-no-v-bias",
-        &s.bytes(),
-        &["blk.1.attn_v.bias", "missing"],
-    );
+    let qwen2 = || llama_as("qwen2");
+    missing("qwen2-no-v-bias", qwen2(), "blk.1.attn_v.bias");
     let all: Vec<String> = (0..Spec::llama().layers)
         .flat_map(|l| ["q", "k", "v"].map(|p| format!("blk.{l}.attn_{p}.bias")))
         .collect();
@@ -349,19 +351,8 @@ fn family_parts_missing_or_wrong_are_named() {
         refused(key, &s.bytes(), &[key, "positive"]);
     }
     // Phi-3's fused matrices: one missing, one of the wrong width.
-    let phi3 = || Spec {
-        arch: "phi3",
-        ..Spec::llama()
-    };
-    let s = Spec {
-        drop: vec!["blk.1.attn_qkv.weight".into()],
-        ..phi3()
-    };
-    refused(
-        "phi3-no-qkv",
-        &s.bytes(),
-        &["blk.1.attn_qkv.weight", "missing"],
-    );
+    let phi3 = || llama_as("phi3");
+    missing("phi3-no-qkv", phi3(), "blk.1.attn_qkv.weight");
     let bytes = with_dim0(phi3().bytes(), "blk.0.ffn_up.weight", 32);
     refused(
         "phi3-narrow-gate-up",
@@ -383,10 +374,7 @@ fn family_parts_missing_or_wrong_are_named() {
 /// LFM2: a convolution's taps or in_proj missing or misshapen, its per-layer KV head
 /// counts or its taps count wrong.
 fn lfm2_parts_missing_or_wrong_are_named() {
-    let s = Spec {
-        drop: vec!["blk.2.shortconv.conv.weight".into()],
-        ..Spec::lfm2()
-    };
+    let s = without(Spec::lfm2(), &["blk.2.shortconv.conv.weight"]);
     let taps = "blk.2.shortconv.conv.weight";
     refused("lfm2-no-taps", &s.bytes(), &[taps, "missing"]);
     let in_proj = "blk.0.shortconv.in_proj.weight";

@@ -133,10 +133,7 @@ fn a_context_over_the_binding_limit_is_refused_before_the_weights() {
     let (e, _) = load(4096);
     let mut e = e.expect("maxContext 4096 fits 1 MiB bindings");
     let prompt = Prompt::Text("Once upon a time".into());
-    let o = GenerateOptions {
-        max_tokens: 2,
-        ..Default::default()
-    };
+    let o = GenerateOptions::up_to(2);
     let id = pollster::block_on(e.start(&prompt, &o, &AdapterChoice::Active)).unwrap();
     let mut tokens = 0;
     while let Event::Text { .. } = pollster::block_on(e.next(id)).unwrap() {

@@ -25,10 +25,7 @@ fn engine() -> Engine {
 }
 
 fn opts(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_tokens: n,
-        ..Default::default()
-    }
+    GenerateOptions::up_to(n)
 }
 
 fn text(p: &str) -> Prompt {

@@ -2,24 +2,13 @@
 
 use crate::common;
 
-use common::plain::{Fail, Through};
+use common::plain::{through_errors, Fail, Through};
 use common::{model_path, reference};
-use pippin::engine::{self, Backend, FinishReason, GenerateOptions, ReferenceSession, Usage};
+use pippin::engine::{self, FinishReason, GenerateOptions, ReferenceSession};
 use pippin::gguf::Gguf;
 use pippin::tokenizer::Tokenizer;
-use pippin::Result;
+use pollster::block_on;
 use std::process::Command;
-
-/// The async generate loop, driven to completion.
-fn generate<B: Backend>(
-    b: &mut B,
-    tk: &Tokenizer,
-    prompt: &[u32],
-    opts: &GenerateOptions,
-    on_text: impl FnMut(&str, u32) -> bool,
-) -> Result<(FinishReason, Usage)> {
-    pollster::block_on(engine::generate(b, tk, prompt, opts, on_text))
-}
 
 fn tokenizer() -> Tokenizer {
     let (g, _) = Gguf::open(&model_path()).unwrap();
@@ -35,20 +24,17 @@ fn run(
     let mut s = ReferenceSession::new(reference());
     let ids = tk.encode_prompt(prompt, false).unwrap();
     let mut out = String::new();
-    let (finish, usage) = generate(&mut s, &tk, &ids, opts, |t, _| {
+    let (finish, usage) = block_on(engine::generate(&mut s, &tk, &ids, opts, |t, _| {
         out.push_str(t);
         keep_going(&out)
-    })
+    }))
     .unwrap();
     (out, finish, usage.generated_tokens)
 }
 
 #[test]
 fn greedy_text_is_the_references() {
-    let opts = GenerateOptions {
-        max_tokens: 4,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(4);
     let (text, finish, n) = run("The capital of France is", &opts, |_| true);
     assert_eq!(text, " Paris.\n\n");
     assert_eq!((finish, n), (FinishReason::Length, 4));
@@ -64,10 +50,7 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
     let (text, finish, _) = run("The capital of France is", &opts, |_| true);
     assert_eq!((text.as_str(), finish), (" Paris", FinishReason::Stop));
 
-    let opts = GenerateOptions {
-        max_tokens: 8,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(8);
     let (text, finish, n) = run("The capital of France is", &opts, |_| false);
     assert_eq!(
         (text.as_str(), finish, n),
@@ -86,11 +69,9 @@ fn stop_strings_abort_and_stop_tokens_end_generation() {
         )
         .unwrap();
     let mut s = ReferenceSession::new(reference());
-    let opts = GenerateOptions {
-        max_tokens: 40,
-        ..Default::default()
-    };
-    let (finish, usage) = generate(&mut s, &tk, &ids, &opts, |_, _| true).unwrap();
+    let opts = GenerateOptions::up_to(40);
+    let (finish, usage) =
+        block_on(engine::generate(&mut s, &tk, &ids, &opts, |_, _| true)).unwrap();
     assert_eq!(finish, FinishReason::Stop);
     assert!(usage.generated_tokens < 40);
     // The first text waits for the prompt's run, not for the reply's end.
@@ -104,12 +85,14 @@ fn bad_requests_are_errors_and_the_session_stays_usable() {
     let tk = tokenizer();
     let mut s = ReferenceSession::new(reference());
     let opts = GenerateOptions::default();
-    assert!(generate(&mut s, &tk, &[], &opts, |_, _| true)
-        .unwrap_err()
-        .to_string()
-        .contains("empty"));
+    assert!(
+        block_on(engine::generate(&mut s, &tk, &[], &opts, |_, _| true))
+            .unwrap_err()
+            .to_string()
+            .contains("empty")
+    );
     let too_long = vec![198u32; 9000];
-    let e = generate(&mut s, &tk, &too_long, &opts, |_, _| true)
+    let e = block_on(engine::generate(&mut s, &tk, &too_long, &opts, |_, _| true))
         .unwrap_err()
         .to_string();
     assert!(e.contains("context"), "{e}");
@@ -120,12 +103,9 @@ fn bad_requests_are_errors_and_the_session_stays_usable() {
         },
         ..opts
     };
-    assert!(generate(&mut s, &tk, &[504], &bad, |_, _| true).is_err());
-    let ok = GenerateOptions {
-        max_tokens: 2,
-        ..Default::default()
-    };
-    assert!(generate(&mut s, &tk, &[504], &ok, |_, _| true).is_ok());
+    assert!(block_on(engine::generate(&mut s, &tk, &[504], &bad, |_, _| true)).is_err());
+    let ok = GenerateOptions::up_to(2);
+    assert!(block_on(engine::generate(&mut s, &tk, &[504], &ok, |_, _| true)).is_ok());
 }
 
 #[test]
@@ -209,28 +189,12 @@ fn cli_errors_are_clear() {
 fn a_failed_step_is_an_error_and_a_retry_goes_on() {
     let tk = tokenizer();
     let ids = tk.encode_prompt("The capital of France is", false).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 4,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(4);
     let (want, _, _) = run("The capital of France is", &opts, |_| true);
     let inner = ReferenceSession::new(reference());
     let mut b = Through::failing(inner, Fail::Forward(3));
-    let mut g = pollster::block_on(engine::Generation::start(&mut b, &tk, &ids, &opts)).unwrap();
-    let (mut text, mut errors) = (String::new(), 0);
-    loop {
-        match pollster::block_on(g.next(&mut b, &tk)) {
-            Ok(engine::Event::Text { text: t, .. }) => text.push_str(&t),
-            Ok(engine::Event::Done { finish, usage, .. }) => {
-                assert_eq!((finish, usage.generated_tokens), (FinishReason::Length, 4));
-                break;
-            }
-            Err(e) => {
-                assert!(e.to_string().contains("read-back failed"), "{e}");
-                errors += 1;
-            }
-        }
-    }
+    let (text, errors, end) = through_errors(&mut b, &tk, &ids, &opts);
+    assert_eq!(end, (FinishReason::Length, 4));
     assert_eq!(errors, 1);
     assert_eq!(text, want);
 }

@@ -130,10 +130,7 @@ fn tokenizer() -> Tokenizer {
 #[test]
 fn second_chat_turn_reuses_the_kv_cache() {
     let tk = tokenizer();
-    let opts = GenerateOptions {
-        max_tokens: 6,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(6);
     let mut msgs = vec![Message::new("user", "Hi!")];
     let p1 = tk.encode_chat(&msgs, true).unwrap();
     let mut s = session(KvFormat::F32, 64);
@@ -161,10 +158,7 @@ fn second_chat_turn_reuses_the_kv_cache() {
 #[test]
 fn gpu_writes_the_same_text_as_the_cpu() {
     let tk = tokenizer();
-    let opts = GenerateOptions {
-        max_tokens: 10,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(10);
     let run = |b: &mut dyn FnMut(&mut String)| {
         let mut out = String::new();
         b(&mut out);

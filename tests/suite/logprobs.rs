@@ -112,14 +112,7 @@ fn check_against_llama_cpp(what: &str, e: &mut Engine, steps: usize) {
         ids(&r["prompt_token_ids"]),
         "the template renders llama.cpp's prompt"
     );
-    let plain = reply(
-        e,
-        &p,
-        &GenerateOptions {
-            max_tokens: steps,
-            ..Default::default()
-        },
-    );
+    let plain = reply(e, &p, &GenerateOptions::up_to(steps));
     let (text, _, lps) = reply(e, &p, &with_logprobs(5, steps));
     assert_eq!(text, plain.0, "{what}: the same text with logprobs");
     assert!(plain.2.is_empty(), "none unless asked for");
@@ -271,13 +264,6 @@ fn sampled_text_is_the_same_with_logprobs_and_bad_values_are_refused() {
             ..Default::default()
         });
     }
-    let (ok, ..) = reply(
-        &mut e,
-        &p,
-        &GenerateOptions {
-            max_tokens: 4,
-            ..Default::default()
-        },
-    );
+    let (ok, ..) = reply(&mut e, &p, &GenerateOptions::up_to(4));
     assert!(!ok.is_empty(), "the engine goes on after refusals");
 }

@@ -117,10 +117,7 @@ fn answers(path: &Path, m: &GpuModel, question: &str) -> (String, String) {
     let prompt = tk
         .encode_chat(&[Message::new("user", question)], true)
         .unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 12,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(12);
     let run = |b: &mut dyn FnMut(&mut String)| {
         let mut s = String::new();
         b(&mut s);
@@ -290,10 +287,7 @@ fn mixed_model_reaches_its_target_and_matches_the_cpu_reference() {
     let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
     let prompt = "The capital of France is";
     let ids = tk.encode_prompt(prompt, false).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 4,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(4);
     let mut text = String::new();
     pollster::block_on(generate(&mut s, &tk, &ids, &opts, |p, _| {
         text.push_str(p);

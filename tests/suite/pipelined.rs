@@ -9,7 +9,7 @@ use crate::common;
 
 use common::model_path;
 // A backend seen one step at a time (`chains` is false).
-use common::plain::{Fail, Through};
+use common::plain::{through_errors, Fail, Through};
 use pippin::engine::{
     self, Backend, FinishReason, GenerateOptions, GpuBackend, GpuModel, GpuSession, SessionOptions,
 };
@@ -85,10 +85,7 @@ fn both(prompt: &str, opts: &GenerateOptions, max_context: usize) -> (Run, Run) 
 
 #[test]
 fn greedy_pipelined_writes_what_one_step_at_a_time_writes() {
-    let opts = GenerateOptions {
-        max_tokens: 24,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(24);
     let (piped, stepped) = both("The capital of France is", &opts, 256);
     assert_eq!(piped, stepped);
     assert_eq!(piped.generated, 24);
@@ -120,21 +117,12 @@ fn seeded_sampling_with_filters_and_penalty_is_the_same_pipelined() {
 fn max_tokens_stop_strings_and_a_full_context_end_exactly() {
     let prompt = "The capital of France is";
     // The greedy reply, to stop inside it.
-    let long = GenerateOptions {
-        max_tokens: 16,
-        ..Default::default()
-    };
+    let long = GenerateOptions::up_to(16);
     let (full, _) = both(prompt, &long, 256);
     let words: Vec<&str> = full.text.split_whitespace().collect();
     assert!(words.len() > 4, "{:?}", full.text);
     let cases = [
-        (
-            GenerateOptions {
-                max_tokens: 5,
-                ..Default::default()
-            },
-            256,
-        ),
+        (GenerateOptions::up_to(5), 256),
         (
             GenerateOptions {
                 max_tokens: 16,
@@ -158,29 +146,13 @@ fn max_tokens_stop_strings_and_a_full_context_end_exactly() {
 #[test]
 fn a_failed_read_is_an_error_and_a_retry_goes_on() {
     let (m, tk) = model();
-    let opts = GenerateOptions {
-        max_tokens: 10,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(10);
     let (want, _) = both("The capital of France is", &opts, 256);
     let ids = tk.encode_prompt("The capital of France is", false).unwrap();
     let mut s = session(256);
     let mut b = Through::failing(GpuBackend::new(m, &mut s), Fail::Read(4));
-    let mut g = pollster::block_on(engine::Generation::start(&mut b, tk, &ids, &opts)).unwrap();
-    let (mut text, mut errors) = (String::new(), 0);
-    loop {
-        match pollster::block_on(g.next(&mut b, tk)) {
-            Ok(engine::Event::Text { text: t, .. }) => text.push_str(&t),
-            Ok(engine::Event::Done { finish, usage, .. }) => {
-                assert_eq!((finish, usage.generated_tokens), (FinishReason::Length, 10));
-                break;
-            }
-            Err(e) => {
-                assert!(e.to_string().contains("read-back failed"), "{e}");
-                errors += 1;
-            }
-        }
-    }
+    let (text, errors, end) = through_errors(&mut b, tk, &ids, &opts);
+    assert_eq!(end, (FinishReason::Length, 10));
     assert_eq!(errors, 1);
     assert_eq!(text, want.text);
     assert_eq!(b.tokens(), &want.cached[..]);
@@ -191,10 +163,7 @@ fn a_failed_read_is_an_error_and_a_retry_goes_on() {
 /// another thread dispatched once picked up that thread's dispatches).
 #[test]
 fn sessions_on_threads_record_only_their_own_dispatches() {
-    let opts = GenerateOptions {
-        max_tokens: 6,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(6);
     let (m, tk) = model();
     let ids = tk.encode_prompt("The capital of France is", false).unwrap();
     let mut s = session(64);

@@ -83,10 +83,7 @@ fn gpu_like_cpu(what: &str, m: &GpuModel, r: &Reference, prompt: &[u32], n: usiz
 fn texts(path: &Path, m: &GpuModel, r: &Reference, prompt: &str) -> (String, String) {
     let tk = Tokenizer::from_gguf(&Gguf::open(path).unwrap().0.metadata).unwrap();
     let ids = tk.encode_prompt(prompt, false).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 8,
-        ..Default::default()
-    };
+    let opts = GenerateOptions::up_to(8);
     let mut gpu = String::new();
     let mut s = session(m, KvFormat::F32, 64);
     pollster::block_on(generate(

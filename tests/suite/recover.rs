@@ -493,10 +493,7 @@ mod default_model {
         let tk = Tokenizer::from_gguf(&g.metadata).unwrap();
         let prompt = "The capital of France is";
         let ids = tk.encode_prompt(prompt, false).unwrap();
-        let opts = GenerateOptions {
-            max_tokens: 6,
-            ..Default::default()
-        };
+        let opts = GenerateOptions::up_to(6);
         let want = greedy(&mut ReferenceSession::new(&with), &tk, &ids, &opts);
         let so = SessionOptions {
             max_context: 128,

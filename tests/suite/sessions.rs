@@ -46,10 +46,7 @@ fn msgs(turns: &[(&str, &str)]) -> Vec<Message> {
 
 /// A greedy reply of 12 tokens to `m`: its text and usage.
 fn reply(e: &mut Engine, m: &[Message]) -> (String, Usage) {
-    let o = GenerateOptions {
-        max_tokens: 12,
-        ..Default::default()
-    };
+    let o = GenerateOptions::up_to(12);
     let id = pollster::block_on(e.start(&Prompt::Chat(m.to_vec()), &o, &AdapterChoice::Active))
         .expect("the reply starts");
     let mut s = String::new();

@@ -24,6 +24,20 @@ fn full(b: &mut impl Backend, tokens: &[u32]) -> Vec<f32> {
     }
 }
 
+/// At most `max_tokens` tokens at `temperature` (0: greedy) with `seed`, ending before
+/// `stop`.
+fn sampled(max_tokens: usize, temperature: f32, seed: u64, stop: Vec<String>) -> GenerateOptions {
+    GenerateOptions {
+        stop,
+        sampler: SamplerOptions {
+            temperature,
+            seed,
+            ..Default::default()
+        },
+        ..GenerateOptions::up_to(max_tokens)
+    }
+}
+
 #[test]
 fn a_verified_step_is_one_token_steps_bit_for_bit() {
     let files: Vec<PathBuf> = ["Q4_K_M", "Q6_K", "Q5_0", "IQ4_NL"]
@@ -93,16 +107,7 @@ fn copying_replies_are_the_same_text_in_fewer_forwards() {
         (0.7, vec![]),
         (0.0, vec!["common cause".into()]),
     ] {
-        let o = GenerateOptions {
-            max_tokens: 48,
-            stop,
-            sampler: SamplerOptions {
-                temperature,
-                seed: 5,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let o = sampled(48, temperature, 5, stop);
         let [(on, u_on), (auto, u_auto), (off, u_off)] = each(&prompt, &tk, &o);
         assert_eq!(on, off, "t {temperature}: speculation changed the text");
         assert_eq!(auto, off, "t {temperature}: speculation changed the text");
@@ -162,16 +167,7 @@ fn a_draft_model_s_guesses_give_the_same_text_in_fewer_forwards() {
     let ask = "Write a short story about a lighthouse keeper.";
     let prompt = tk.encode_chat(&[Message::new("user", ask)], true).unwrap();
     for (temperature, stop) in [(0.0, vec![]), (0.8, vec![]), (0.0, vec!["stood as".into()])] {
-        let o = GenerateOptions {
-            max_tokens: 40,
-            stop,
-            sampler: SamplerOptions {
-                temperature,
-                seed: 11,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let o = sampled(40, temperature, 11, stop);
         let [(on, u_on), (off, u_off)] = drafted(&draft, &prompt, &tk, &o);
         assert_eq!(on, off, "t {temperature}: the draft changed the text");
         assert_eq!(u_on.generated_tokens, u_off.generated_tokens);

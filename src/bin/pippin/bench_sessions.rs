@@ -52,10 +52,7 @@ fn run(e: &mut Engine, system: &str) -> Result<(String, Usage)> {
 }
 
 fn reply(e: &mut Engine, m: Vec<Message>) -> Result<(String, Usage)> {
-    let o = GenerateOptions {
-        max_tokens: 8,
-        ..Default::default()
-    };
+    let o = GenerateOptions::up_to(8);
     let id = pollster::block_on(e.start(&Prompt::Chat(m), &o, &AdapterChoice::Active))?;
     let mut text = String::new();
     loop {

@@ -205,7 +205,7 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuLoraAdapter>,
     ) -> Result<(usize, usize)> {
-        let total = self.decode_plan(m, adapter, 0)?.0.len();
+        let total = self.plan(m, adapter, Shape::Step)?.0.len();
         let outside = m
             .kernels
             .record(|pass| {
@@ -236,74 +236,64 @@ impl GpuSession {
             self.encode_layers(m, None, pass, n, 0)?;
             self.encode_head(m, pass, n, false)
         })?;
-        self.decode_plan(m, None, 0)?;
+        self.plan(m, None, Shape::Step)?;
         // Checks compile the GEMVs' several-token kinds (4 and 8 tokens): after these,
         // the first check of a reply only records its plan.
         if self.verify_rows > 1 && self.fused {
             for n in [self.verify_rows.min(4), self.verify_rows] {
-                self.check_plan(m, None, n)?;
+                self.plan(m, None, Shape::Check(n))?;
             }
         }
         if self.opts.max_context > attention::ONE_PASS_MAX {
-            self.decode_plan(m, None, attention::ONE_PASS_MAX)?;
+            self.plan(m, None, Shape::SplitStep)?;
         }
         m.gpu.take_error()
     }
 
-    /// The recorded step decoding position `pos` with `adapter`, recorded on first
-    /// use. Plans of other adapters than this one and none are dropped (their bind
-    /// groups hold buffers).
-    fn decode_plan(
+    /// The plan of `shape` with `adapter`, recorded on first use, and how many of its
+    /// dispatches come before the pick (a decode step's sampling; a check has none).
+    /// Plans of other adapters than this one and none are dropped (their bind groups
+    /// hold buffers).
+    fn plan(
         &mut self,
         m: &GpuModel,
         adapter: Option<&GpuLoraAdapter>,
-        pos: usize,
+        shape: Shape,
     ) -> Result<(&Plan, usize)> {
-        let split = !attention::one_pass(pos + 1);
-        let shape = if split { Shape::SplitStep } else { Shape::Step };
         let id = (adapter.map_or(0, |a| a.id), shape);
         if !self.plans.contains_key(&id) {
-            // Other adapters' plans go (their bind groups hold buffers).
             self.plans.retain(|k, _| k.0 == 0 || k.0 == id.0);
-            // Any position of the same kind records the same dispatches.
-            let at = if split { attention::ONE_PASS_MAX } else { 0 };
-            let mut plan = m.kernels.record(|pass| {
-                self.encode_layers(m, adapter, pass, 1, at)?;
-                self.encode_head(m, pass, 1, false)
-            })?;
-            let body = plan.len();
-            plan.extend(m.kernels.record(|pass| self.encode_pick(m, pass))?);
-            self.plans.insert(id, (plan, body));
+            let recorded = match shape {
+                // Any position of the same kind records the same dispatches.
+                Shape::Step | Shape::SplitStep => {
+                    let at = if shape == Shape::SplitStep {
+                        attention::ONE_PASS_MAX
+                    } else {
+                        0
+                    };
+                    let mut plan = m.kernels.record(|pass| {
+                        self.encode_layers(m, adapter, pass, 1, at)?;
+                        self.encode_head(m, pass, 1, false)
+                    })?;
+                    let body = plan.len();
+                    plan.extend(m.kernels.record(|pass| self.encode_pick(m, pass))?);
+                    (plan, body)
+                }
+                Shape::Check(n) => {
+                    let plan = m.kernels.record(|pass| {
+                        self.encode_layers(m, adapter, pass, n, 0)?;
+                        self.encode_head(m, pass, n, true)
+                    })?;
+                    let len = plan.len();
+                    (plan, len)
+                }
+            };
+            self.plans.insert(id, recorded);
         }
         self.plans
             .get(&id)
             .map(|(p, body)| (p, *body))
-            .ok_or_else(|| Error::gpu("the decode plan was not recorded"))
-    }
-
-    /// The recorded check of `n` positions with `adapter` (one-pass attention), recorded
-    /// on first use.
-    fn check_plan(
-        &mut self,
-        m: &GpuModel,
-        adapter: Option<&GpuLoraAdapter>,
-        n: usize,
-    ) -> Result<(&Plan, usize)> {
-        let id = (adapter.map_or(0, |a| a.id), Shape::Check(n));
-        if !self.plans.contains_key(&id) {
-            // Other adapters' plans go (their bind groups hold buffers).
-            self.plans.retain(|k, _| k.0 == 0 || k.0 == id.0);
-            let plan = m.kernels.record(|pass| {
-                self.encode_layers(m, adapter, pass, n, 0)?;
-                self.encode_head(m, pass, n, true)
-            })?;
-            let len = plan.len();
-            self.plans.insert(id, (plan, len));
-        }
-        self.plans
-            .get(&id)
-            .map(|(p, len)| (p, *len))
-            .ok_or_else(|| Error::gpu("the check's plan was not recorded"))
+            .ok_or_else(|| Error::gpu("a plan was not recorded"))
     }
 
     /// Dispatches per decode step (with `adapter`): the figure the bench reports.
@@ -312,7 +302,7 @@ impl GpuSession {
         m: &GpuModel,
         adapter: Option<&GpuLoraAdapter>,
     ) -> Result<usize> {
-        Ok(self.decode_plan(m, adapter, 0)?.0.len())
+        Ok(self.plan(m, adapter, Shape::Step)?.0.len())
     }
 
     /// Dispatches of the short-context plan recorded for adapter `id` (0: none), if
@@ -534,7 +524,7 @@ impl GpuSession {
         }
         let g = &m.gpu;
         let at = self.upload_step(g, tokens, None, false);
-        let (plan, len) = self.check_plan(m, adapter, n)?;
+        let (plan, len) = self.plan(m, adapter, Shape::Check(n))?;
         let mut enc = g.device.create_command_encoder(&Default::default());
         let mut pass = enc.begin_compute_pass(&Default::default());
         plan.replay_range(&mut pass, 1, 0..len)?;
@@ -613,7 +603,7 @@ impl GpuSession {
         let picks = matches!(want, Some(Want { top_k: Some(_), .. }));
         if picks && n == 1 && self.replay {
             let splits = ((pos0 + 1) as u32).div_ceil(attention::CHUNK);
-            let (plan, body) = self.decode_plan(m, adapter, pos0)?;
+            let (plan, body) = self.plan(m, adapter, Shape::decoding(pos0))?;
             let range = match part {
                 Part::Whole => 0..plan.len(),
                 Part::Body => 0..body,
@@ -704,6 +694,16 @@ enum Shape {
     SplitStep,
     /// A speculative check of this many positions (one-pass attention).
     Check(usize),
+}
+
+impl Shape {
+    /// The decode step that runs the token at `pos`.
+    fn decoding(pos: usize) -> Shape {
+        match attention::one_pass(pos + 1) {
+            true => Shape::Step,
+            false => Shape::SplitStep,
+        }
+    }
 }
 
 /// Which dispatches of a step `encode_chunk` records.

@@ -103,3 +103,29 @@ impl<B: Backend> Backend for Through<B> {
         self.inner.cancel()
     }
 }
+
+/// A reply driven to its end through `b` (one of whose calls fails once): the text, the
+/// errors seen on the way, and the generated token count of the last event. Each error
+/// must be the lost read-back, and the reply must go on after it.
+pub fn through_errors<B: Backend>(
+    b: &mut B,
+    tk: &pippin::tokenizer::Tokenizer,
+    ids: &[u32],
+    opts: &pippin::engine::GenerateOptions,
+) -> (String, usize, (pippin::engine::FinishReason, usize)) {
+    use pippin::engine::{Event, Generation};
+    let mut g = pollster::block_on(Generation::start(b, tk, ids, opts)).unwrap();
+    let (mut text, mut errors) = (String::new(), 0);
+    loop {
+        match pollster::block_on(g.next(b, tk)) {
+            Ok(Event::Text { text: t, .. }) => text.push_str(&t),
+            Ok(Event::Done { finish, usage, .. }) => {
+                return (text, errors, (finish, usage.generated_tokens))
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("read-back failed"), "{e}");
+                errors += 1;
+            }
+        }
+    }
+}
