@@ -44,11 +44,18 @@ async fn ctx() -> Ctx {
 }
 
 impl Ctx {
-    fn run(&self, f: impl FnOnce(&mut Pass)) {
+    /// Records kernels with `f` in one pass for the step in `step`, submits (and, for
+    /// a read after it, waits).
+    fn run(&self, step: &wgpu::Buffer, f: impl FnOnce(&mut Pass)) {
+        self.run_on(&self.k, step, f)
+    }
+
+    /// As `run`, with kernels `k`.
+    fn run_on(&self, k: &Kernels, step: &wgpu::Buffer, f: impl FnOnce(&mut Pass)) {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            f(&mut Pass::new(&mut pass));
+            f(&mut Pass::new(k, step, &mut pass));
         }
         self.gpu.queue.submit([enc.finish()]);
     }
@@ -84,12 +91,12 @@ async fn check_matmul(c: &Ctx, m: &GpuMatrix, deq: &[f32], t: usize, what: &str)
             c.gpu.storage("y", (t * rows * 4) as u64).unwrap(),
         );
         let step = c.step(t, 0);
-        c.run(|p| {
+        c.run_on(kernels, &step, |p| {
             let io = Io {
                 cap: CAP,
                 ..Io::new((&xb, cols), (&yb, rows))
             };
-            matmul::matmul(kernels, p, &step, m, &io, t).unwrap()
+            matmul::matmul(p, m, &io, t).unwrap()
         });
         let d = max_diff(&c.read(&yb, t * rows).await, &want);
         assert!(
@@ -172,9 +179,9 @@ async fn rmsnorm_gated_activations_and_biases() {
         c.gpu.storage("y", (len * rows * 4) as u64).unwrap(),
     );
     let step = c.step(rows, 0);
-    c.run(|p| {
+    c.run(&step, |p| {
         let out = elementwise::NormOut::default();
-        elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
+        elementwise::rmsnorm(p, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
     });
     assert!(
         max_diff(
@@ -189,7 +196,9 @@ async fn rmsnorm_gated_activations_and_biases() {
         c.gpu.storage("a", (f * rows * 4) as u64).unwrap(),
     );
     for act in [Activation::Silu, Activation::GeluTanh] {
-        c.run(|p| elementwise::glu(&c.k, p, &step, act, &gb, &ab, f, rows).unwrap());
+        c.run(&step, |p| {
+            elementwise::glu(p, act, &gb, &ab, f, rows).unwrap()
+        });
         let want: Vec<f32> = gu
             .chunks(2 * f)
             .flat_map(|r| reference::glu(act, &r[..f], &r[f..]))
@@ -203,7 +212,9 @@ async fn rmsnorm_gated_activations_and_biases() {
     let (width, stride) = (100, 130);
     let (y0, bias) = (values(stride * rows, 6), values(width, 7));
     let (yb, bb) = (c.buf(&y0), c.buf(&bias));
-    c.run(|p| elementwise::bias_add(&c.k, p, &step, &bb, &yb, width, stride, rows).unwrap());
+    c.run(&step, |p| {
+        elementwise::bias_add(p, &bb, &yb, width, stride, rows).unwrap()
+    });
     let mut want = y0.clone();
     for row in want.chunks_exact_mut(stride) {
         reference::add_rows(&mut row[..width], &bias);
@@ -238,7 +249,9 @@ async fn short_conv_over_a_ring_state() {
             slots,
             y: &yb,
         };
-        c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
+        c.run(&step, |p| {
+            short_conv::short_conv(p, hidden, taps, &io).unwrap()
+        });
         let want = want_state.gated(0, pos0, &bcx, stride, &tap_w, taps);
         let d = max_diff(&c.read(&yb, n * hidden).await, &want);
         assert!(d < 1e-5, "step {i}: {d}");
@@ -308,9 +321,8 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
     for (n, p0) in chunks {
         let rows = c.buf(&qkv[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
-        c.run(|p| {
+        c.run(&step, |p| {
             attention::kv_write(
-                &c.k,
                 p,
                 &CacheIo::new(&step, cfg, KvFormat::Int8, &rows, &cache),
                 n,
@@ -326,11 +338,10 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
         .storage("part", (cfg.n_heads * splits * (hd + 2) * 4) as u64)
         .unwrap();
     let step = c.step(t, prefix);
-    c.run(|p| {
+    c.run(&step, |p| {
         if t == 1 {
             let f = KvFormat::Int8;
             attention::decode(
-                &c.k,
                 p,
                 &CacheIo::new(&step, cfg, f, &q_rows, &cache),
                 &part,
@@ -340,7 +351,6 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             .unwrap()
         } else {
             attention::prefill(
-                &c.k,
                 p,
                 &CacheIo::new(&step, cfg, KvFormat::Int8, &q_rows, &cache),
                 &out,
@@ -384,7 +394,7 @@ async fn topk_selects_the_largest() {
             ..Step::new(1, 0)
         }),
     );
-    c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+    c.run(&step, |p| top.encode(p, &lb).unwrap());
     let bytes = c.gpu.read(&top.out, 0, 64).await.unwrap();
     let got = sample::decode_pairs(&bytes, vocab);
     let mut want: Vec<(u32, f32)> = logits
@@ -419,7 +429,7 @@ async fn topk_keeps_only_masked_in_tokens() {
             ..Step::new(1, 0)
         }),
     );
-    c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+    c.run(&step, |p| top.encode(p, &lb).unwrap());
     let bytes = c.gpu.read(&top.out, 0, (kk * 8) as u64).await.unwrap();
     let got = sample::decode_pairs(&bytes, vocab);
     let mut want: Vec<(u32, f32)> = (0..vocab)
@@ -462,9 +472,9 @@ async fn gpu_pick_matches_the_sampler() {
                 ..Step::new(1, 0)
             }),
         );
-        c.run(|p| {
-            top.encode(&c.k, p, &step, &lb).unwrap();
-            top.choose(&c.k, p, &step, &tokens).unwrap();
+        c.run(&step, |p| {
+            top.encode(p, &lb).unwrap();
+            top.choose(p, &tokens).unwrap();
         });
         let got = c.gpu.read(&tokens, 0, 4).await.unwrap();
         let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
@@ -503,12 +513,12 @@ async fn norm_folded_into_gemv_and_glu() {
         let yb = c.gpu.storage("y", (rows * 4) as u64).unwrap();
         let nb = c.gpu.storage("normed", (cols * 4) as u64).unwrap();
         let step = c.step(1, 0);
-        c.run(|p| {
+        // The real-GPU set (16 threads a row) on every other case.
+        let k = if rows % 2 == 0 { &c.gpu_k } else { &c.k };
+        c.run_on(k, &step, |p| {
             let io = Io::new((&xb, cols), (&yb, rows));
             let norm = NormIn::new(&gb, 1e-6, glu, &nb);
-            // The real-GPU set (16 threads a row) on every other case.
-            let k = if rows % 2 == 0 { &c.gpu_k } else { &c.k };
-            matmul::norm_gemv(k, p, &step, &m, &io, &norm, 1).unwrap()
+            matmul::norm_gemv(p, &m, &io, &norm, 1).unwrap()
         });
         let xn = reference::rmsnorm(&x, &g, 1e-6);
         assert!(
@@ -580,19 +590,18 @@ async fn fused_case(
         let n = (prefix - p0).min(16);
         let b = c.buf(&rows[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
-        c.run(|p| {
-            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
+        c.run(&step, |p| {
+            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
     let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
     let out = c.gpu.storage("out", (qd * 4) as u64).unwrap();
     let step = c.step(1, prefix);
-    c.run(|p| {
+    c.run(&step, |p| {
         let qk = qk_norm.then_some(&norms);
         let (t, r) = (&table, rotate);
         attention::decode_fused(
-            &c.k,
             p,
             &CacheIo::new(&step, cfg, format, &last, &cache),
             (t, r),

@@ -7,7 +7,7 @@
 //! `model::reference::attention`.
 
 use super::Pass;
-use super::{Groups, Kernels, Shader};
+use super::{Groups, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::short_conv::CONV_ROLLBACK;
@@ -221,7 +221,8 @@ impl<'a> CacheIo<'a> {
 }
 
 /// Quantizes the new tokens' K and V (from the qkv rows) into the cache.
-pub fn kv_write(k: &Kernels, pass: &mut Pass, io: &CacheIo, n_tokens: usize) -> Result<()> {
+pub fn kv_write(pass: &mut Pass, io: &CacheIo, n_tokens: usize) -> Result<()> {
+    let k = pass.kernels;
     let consts = io.constants();
     // kv_write reads KV_FORMAT, HD, NKV, QKV_STRIDE, SLOTS and NH.
     let used = ["KV_FORMAT", "HD", "NKV", "QKV_STRIDE", "SLOTS", "NH"];
@@ -247,13 +248,13 @@ fn prefill_queries(c: &Config) -> u32 {
 /// Attention of the last token over `kv_len` cached positions: flash-decoding splits,
 /// then the reduce pass. `part` holds n_heads × splits × (head_dim + 2) floats.
 pub fn decode(
-    k: &Kernels,
     pass: &mut Pass,
     io: &CacheIo,
     part: &wgpu::Buffer,
     out: &wgpu::Buffer,
     kv_len: usize,
 ) -> Result<()> {
+    let k = pass.kernels;
     let c = io.c;
     // attention_decode has no NH override.
     let pipe = k.pipe(Shader::AttentionDecode, &io.constants()[..9])?;
@@ -277,13 +278,13 @@ pub fn decode(
 /// then k's), RoPE from `table`, its key and value into the cache, attention over
 /// every visible position. `qkv` holds the token's raw (unrotated) row.
 pub fn decode_fused(
-    k: &Kernels,
     pass: &mut Pass,
     io: &CacheIo,
     (table, rotate): (&wgpu::Buffer, bool),
     qk_norm: Option<&wgpu::Buffer>,
     out: &wgpu::Buffer,
 ) -> Result<()> {
+    let k = pass.kernels;
     let c = io.c;
     let mut consts = io.constants().to_vec();
     consts.extend(super::elementwise::rope_constants(c, rotate));
@@ -298,13 +299,8 @@ pub fn decode_fused(
 }
 
 /// Causal attention of `n_tokens` new tokens over the cache (prefix and themselves).
-pub fn prefill(
-    k: &Kernels,
-    pass: &mut Pass,
-    io: &CacheIo,
-    out: &wgpu::Buffer,
-    n_tokens: usize,
-) -> Result<()> {
+pub fn prefill(pass: &mut Pass, io: &CacheIo, out: &wgpu::Buffer, n_tokens: usize) -> Result<()> {
+    let k = pass.kernels;
     let c = io.c;
     let pipe = k.pipe(Shader::AttentionPrefill, &io.constants())?;
     let x = (n_tokens as u32).div_ceil(prefill_queries(c));

@@ -3,7 +3,7 @@
 //! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 
 use super::Pass;
-use super::{grid, Kernels, Shader};
+use super::{grid, Shader};
 use crate::error::Result;
 use crate::model::{Activation, Config, RopeStyle};
 
@@ -19,9 +19,7 @@ pub struct NormOut {
 /// token into row 0).
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     w: &wgpu::Buffer,
     x: &wgpu::Buffer,
     y: &wgpu::Buffer,
@@ -30,6 +28,7 @@ pub fn rmsnorm(
     rows: usize,
     out: NormOut,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let pipe = k.pipe(
         Shader::RmsNorm,
         &[
@@ -68,9 +67,7 @@ pub fn rope_table(c: &Config, freqs: &[f32], max_pos: usize) -> Vec<f32> {
 /// `qk_norm` holds q's head_dim weights, then k's.
 #[allow(clippy::too_many_arguments)]
 pub fn rope(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     c: &Config,
     table: &wgpu::Buffer,
     rotate: bool,
@@ -78,6 +75,7 @@ pub fn rope(
     qk_norm: Option<&wgpu::Buffer>,
     n_tokens: usize,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let mut consts = vec![
         ("HD", c.head_dim as f64),
         ("NH", c.n_heads as f64),
@@ -100,15 +98,14 @@ pub fn rope(
 /// tokens (`n_tokens` sizes the dispatch). CPU reference: `reference::add_rows`.
 #[allow(clippy::too_many_arguments)]
 pub fn bias_add(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     bias: &wgpu::Buffer,
     y: &wgpu::Buffer,
     width: usize,
     stride: usize,
     n_tokens: usize,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let consts = [("WIDTH", width as f64), ("STRIDE", stride as f64)];
     let pipe = k.pipe(Shader::BiasAdd, &consts)?;
     let groups = ((n_tokens * width) as u32).div_ceil(256);
@@ -130,15 +127,14 @@ pub fn rope_constants(c: &Config, rotate: bool) -> [(&'static str, f64); 3] {
 /// a = act(gate) · up from [gate | up] rows.
 #[allow(clippy::too_many_arguments)]
 pub fn glu(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     act: Activation,
     gu: &wgpu::Buffer,
     a: &wgpu::Buffer,
     ffn: usize,
     n_tokens: usize,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let act = match act {
         Activation::Silu => 0.0,
         Activation::GeluTanh => 1.0,

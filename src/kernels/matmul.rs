@@ -3,7 +3,7 @@
 //! `quant::gpu_layout`. CPU reference: dequantize, then `model::reference::matmul`.
 
 use super::Pass;
-use super::{grid, Kernels, Shader};
+use super::{grid, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::quant::gpu_layout::{self, GpuFormat};
@@ -406,14 +406,8 @@ fn token_constants(io: &Io, n_tokens: usize) -> Result<[(&'static str, f64); 3]>
 /// Up to `GEMV_TOKENS` tokens: y = W·x, each weight decoded once for all of them and
 /// each token's result the one-token dispatch's, bit for bit. The subgroup kernel
 /// when the tuning says so, else the workgroup-memory reduction.
-pub fn gemv(
-    k: &Kernels,
-    pass: &mut Pass,
-    step: &wgpu::Buffer,
-    m: &GpuMatrix,
-    io: &Io,
-    n_tokens: usize,
-) -> Result<()> {
+pub fn gemv(pass: &mut Pass, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let tokens = token_constants(io, n_tokens)?;
     // Threads per row: a subgroup, or the tuning's count but no more than the blocks.
     let (shader, name, per_row) = match k.tuning.subgroup_size {
@@ -488,14 +482,13 @@ impl<'a> NormIn<'a> {
 /// dispatch (`normed` rows at x's stride). The matrix must be in one part when `glu`
 /// (both halves of a row pair are read).
 pub fn norm_gemv(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     m: &GpuMatrix,
     io: &Io,
     norm: &NormIn,
     n_tokens: usize,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     use crate::model::Activation;
     let tokens = token_constants(io, n_tokens)?;
     let glu = match norm.glu {
@@ -556,13 +549,8 @@ pub fn norm_gemv(
 }
 
 /// The benchmark's baseline: one thread per row (token 0 only).
-pub fn naive(
-    k: &Kernels,
-    pass: &mut Pass,
-    m: &GpuMatrix,
-    x: &wgpu::Buffer,
-    y: &wgpu::Buffer,
-) -> Result<()> {
+pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<()> {
+    let k = pass.kernels;
     if m.parts.len() > 1 {
         return Err(Error::invalid(
             "the naive matmul takes matrices in one part only",
@@ -605,14 +593,8 @@ fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 9] {
 
 /// `n_tokens` tokens through a GEMM: tiled, or (`rowwise`, software adapters) one
 /// thread per row and 8 tokens.
-pub fn gemm(
-    k: &Kernels,
-    pass: &mut Pass,
-    (step, rowwise): (&wgpu::Buffer, bool),
-    m: &GpuMatrix,
-    io: &Io,
-    n_tokens: usize,
-) -> Result<()> {
+pub fn gemm(pass: &mut Pass, rowwise: bool, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let (shader, t) = match rowwise {
         true => (Shader::MatmulGemmRowwise, (n_tokens as u32).div_ceil(8)),
         false => (Shader::MatmulGemm, (n_tokens as u32).div_ceil(16)),
@@ -632,33 +614,26 @@ pub fn gemm(
 
 /// Picks GEMV for up to `GEMV_TOKENS` tokens (a decode step, a speculative check), a
 /// GEMM (of the tuning's kind) for more.
-pub fn matmul(
-    k: &Kernels,
-    pass: &mut Pass,
-    step: &wgpu::Buffer,
-    m: &GpuMatrix,
-    io: &Io,
-    n_tokens: usize,
-) -> Result<()> {
+pub fn matmul(pass: &mut Pass, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<()> {
     if n_tokens <= GEMV_TOKENS {
-        gemv(k, pass, step, m, io, n_tokens)
+        gemv(pass, m, io, n_tokens)
     } else {
-        gemm(k, pass, (step, k.tuning.rowwise_gemm), m, io, n_tokens)
+        let rowwise = pass.kernels.tuning.rowwise_gemm;
+        gemm(pass, rowwise, m, io, n_tokens)
     }
 }
 
 /// out[t] = row tokens[t] of the table × `scale`, for `n_tokens` tokens.
 #[allow(clippy::too_many_arguments)]
 pub fn embed(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     table: &GpuMatrix,
     tokens: &wgpu::Buffer,
     out: &wgpu::Buffer,
     n_tokens: usize,
     scale: f32,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     for p in &table.parts {
         let pipe = k.pipe(
             Shader::Embed,

@@ -122,14 +122,27 @@ struct Recorded {
 /// one is recorded (`Kernels::record`): launchers take this, so what records a plan is
 /// passed down with the pass, never looked up.
 pub struct Pass<'a, 'e> {
+    /// The kernels the launchers take their pipelines from.
+    pub kernels: &'a Kernels,
+    /// The step's uniform (`step.wgsl`) every step kernel binds first.
+    pub step: &'a wgpu::Buffer,
     inner: &'a mut wgpu::ComputePass<'e>,
     plan: Option<&'a mut Vec<Recorded>>,
 }
 
 impl<'a, 'e> Pass<'a, 'e> {
-    /// Dispatches into `inner`, recording none.
-    pub fn new(inner: &'a mut wgpu::ComputePass<'e>) -> Self {
-        Pass { inner, plan: None }
+    /// Dispatches of `kernels` for the step in `step` into `inner`, recording none.
+    pub fn new(
+        kernels: &'a Kernels,
+        step: &'a wgpu::Buffer,
+        inner: &'a mut wgpu::ComputePass<'e>,
+    ) -> Self {
+        Pass {
+            kernels,
+            step,
+            inner,
+            plan: None,
+        }
     }
 }
 
@@ -237,13 +250,20 @@ impl Kernels {
         self.created.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Runs `f`, which encodes dispatches into a pass, and keeps them as a `Plan`. The
-    /// pass `f` gets is a throwaway one (its commands are never submitted).
-    pub fn record(&self, f: impl FnOnce(&mut Pass) -> Result<()>) -> Result<Plan> {
+    /// Runs `f`, which encodes dispatches for the step in `step` into a pass, and
+    /// keeps them as a `Plan`. The pass `f` gets is a throwaway one (its commands are
+    /// never submitted).
+    pub fn record(
+        &self,
+        step: &wgpu::Buffer,
+        f: impl FnOnce(&mut Pass) -> Result<()>,
+    ) -> Result<Plan> {
         let mut enc = self.device.create_command_encoder(&Default::default());
         let mut pass = enc.begin_compute_pass(&Default::default());
         let mut steps = Vec::new();
         f(&mut Pass {
+            kernels: self,
+            step,
             inner: &mut pass,
             plan: Some(&mut steps),
         })?;

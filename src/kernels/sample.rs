@@ -4,7 +4,7 @@
 //! CPU reference: `sampler`.
 
 use super::Pass;
-use super::{Kernels, Shader};
+use super::Shader;
 use crate::error::Result;
 use crate::gpu::Gpu;
 
@@ -69,13 +69,8 @@ impl TopK {
 
     /// Selects the `step.top_k` largest of `logits` (vocab floats) into `out` as (id,
     /// f32 bits). The count is a uniform: every count uses the same two pipelines.
-    pub fn encode(
-        &self,
-        k: &Kernels,
-        pass: &mut Pass,
-        step: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-    ) -> Result<()> {
+    pub fn encode(&self, pass: &mut Pass, logits: &wgpu::Buffer) -> Result<()> {
+        let (k, step) = (pass.kernels, pass.step);
         let chunks = self.vocab.div_ceil(CH);
         let p1 = k.pipe(
             Shader::TopK,
@@ -134,13 +129,12 @@ pub fn decode_pairs(bytes: &[u8], vocab: usize) -> Vec<(u32, f32)> {
 /// With `step.penalize_input`, `tokens[0]` (the step's input, chosen on the GPU) is
 /// penalized too unless listed.
 pub fn penalty(
-    k: &Kernels,
     pass: &mut Pass,
-    step: &wgpu::Buffer,
     ids: &wgpu::Buffer,
     logits: &wgpu::Buffer,
     tokens: &wgpu::Buffer,
 ) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let pipe = k.pipe(Shader::Penalty, &[])?;
     k.dispatch(pass, &pipe, &[step, ids, logits, tokens], [1, 1, 1]);
     Ok(())
@@ -149,13 +143,8 @@ pub fn penalty(
 impl TopK {
     /// Picks the next token from `out` (`choose.wgsl`: greedy, or the step's
     /// temperature, top-p, min-p and draw) into `tokens[0]`.
-    pub fn choose(
-        &self,
-        k: &Kernels,
-        pass: &mut Pass,
-        step: &wgpu::Buffer,
-        tokens: &wgpu::Buffer,
-    ) -> Result<()> {
+    pub fn choose(&self, pass: &mut Pass, tokens: &wgpu::Buffer) -> Result<()> {
+        let (k, step) = (pass.kernels, pass.step);
         let pipe = k.pipe(
             Shader::Choose,
             &[("VOCAB", self.vocab as f64), ("MAX_K", MAX_K as f64)],

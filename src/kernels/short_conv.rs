@@ -2,7 +2,7 @@
 //! layer's state in a ring of B ⊙ x rows. CPU reference: `model::short_conv::ConvState::gated`.
 
 use super::Pass;
-use super::{grid, Kernels, Shader};
+use super::{grid, Shader};
 use crate::error::Result;
 
 /// Where a step's convolution reads and writes.
@@ -21,14 +21,8 @@ pub struct ConvIo<'a> {
 
 /// y = C ⊙ conv(B ⊙ x) for the step's `n_tokens` at `pos0` (the step uniform), the
 /// state read for earlier positions and written for these.
-pub fn short_conv(
-    k: &Kernels,
-    pass: &mut Pass,
-    step: &wgpu::Buffer,
-    hidden: usize,
-    taps: usize,
-    io: &ConvIo,
-) -> Result<()> {
+pub fn short_conv(pass: &mut Pass, hidden: usize, taps: usize, io: &ConvIo) -> Result<()> {
+    let (k, step) = (pass.kernels, pass.step);
     let consts = [
         ("H", hidden as f64),
         ("STRIDE", io.stride as f64),

@@ -139,9 +139,9 @@ fn check_on(
     let y0 = values(t * rows, 9);
     let (xb, yb) = (c.buf(&x), c.buf(&y0));
     let step = c.step(t, 0);
-    c.run(|pass| {
+    c.run_on(kernels, &step, |pass| {
         let io = io_with(accumulate, (&xb, cols), (&yb, rows));
-        matmul::matmul(kernels, pass, &step, &m, &io, t).unwrap();
+        matmul::matmul(pass, &m, &io, t).unwrap();
     });
     let got = c.read(&yb, t * rows);
     let product = reference::matmul(&x, &wq, cols);
@@ -209,16 +209,16 @@ fn check_tokens_bitwise(
     let run = |xv: &[f32], yv: &[f32], tokens: usize| {
         let (xb, yb, nb) = (c.buf(xv), c.buf(yv), c.zeros(tokens * xs));
         let step = c.step(tokens, 0);
-        c.run(|pass| {
+        c.run_on(kernels, &step, |pass| {
             let io = Io {
                 y_offset: off,
                 ..io_with(accumulate, (&xb, xs), (&yb, ys))
             };
             match kind {
-                Gemv::Plain => matmul::gemv(kernels, pass, &step, &m, &io, tokens).unwrap(),
+                Gemv::Plain => matmul::gemv(pass, &m, &io, tokens).unwrap(),
                 Gemv::Normed(glu) => {
                     let norm = NormIn::new(&gb, 1e-6, glu, &nb);
-                    matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, tokens).unwrap()
+                    matmul::norm_gemv(pass, &m, &io, &norm, tokens).unwrap()
                 }
             }
         });
@@ -420,13 +420,13 @@ fn strided_output_lands_at_the_offset() {
     let x = values(t * cols, 3);
     let (xb, yb) = (c.buf(&x), c.zeros(t * (a + b)));
     let step = c.step(t, 0);
-    c.run(|pass| {
+    c.run(&step, |pass| {
         let io = |off| Io {
             y_offset: off,
             ..Io::new((&xb, cols), (&yb, a + b))
         };
-        matmul::gemm(&c.k, pass, (&step, false), &ma, &io(0), t).unwrap();
-        matmul::gemm(&c.k, pass, (&step, false), &mb, &io(a), t).unwrap();
+        matmul::gemm(pass, false, &ma, &io(0), t).unwrap();
+        matmul::gemm(pass, false, &mb, &io(a), t).unwrap();
     });
     let got = c.read(&yb, t * (a + b));
     let (ya, yb_) = (
@@ -462,8 +462,8 @@ fn embedding_gather_every_format_and_split() {
             let tb = c.gpu.upload_u32("tokens", &tokens).unwrap();
             let out = c.zeros(tokens.len() * hidden);
             let step = c.step(tokens.len(), 0);
-            c.run(|pass| {
-                matmul::embed(&c.k, pass, &step, &m, &tb, &out, tokens.len(), scale).unwrap()
+            c.run(&step, |pass| {
+                matmul::embed(pass, &m, &tb, &out, tokens.len(), scale).unwrap()
             });
             let got = c.read(&out, tokens.len() * hidden);
             let want: Vec<f32> = reference::embed(&deq, hidden, vocab, &tokens)
@@ -494,8 +494,8 @@ fn naive_gemv_baseline_matches() {
         let (packed, deq) = packed_as(ty, &w, rows, cols);
         let m = GpuMatrix::from_packed(&c.gpu, "w", packed, rows, cols).unwrap();
         let x = values(cols, 4);
-        let (xb, yb) = (c.buf(&x), c.zeros(rows));
-        c.run(|pass| matmul::naive(&c.k, pass, &m, &xb, &yb).unwrap());
+        let (xb, yb, step) = (c.buf(&x), c.zeros(rows), c.step(1, 0));
+        c.run(&step, |pass| matmul::naive(pass, &m, &xb, &yb).unwrap());
         let want = reference::matmul(&x, &deq, cols);
         assert!(max_diff(&c.read(&yb, rows), &want) < 1e-4, "{ty:?}");
     }
@@ -529,10 +529,10 @@ fn check_norm_gemv(
     let (xb, gb, yb, nb) = (c.buf(&x), c.buf(&g), c.buf(&y0), c.zeros(cols));
     let step = c.step(1, 0);
     let eps = 1e-6;
-    c.run(|pass| {
+    c.run_on(kernels, &step, |pass| {
         let io = io_with(accumulate, (&xb, cols), (&yb, rows));
         let norm = NormIn::new(&gb, eps, glu, &nb);
-        matmul::norm_gemv(kernels, pass, &step, &m, &io, &norm, 1).unwrap();
+        matmul::norm_gemv(pass, &m, &io, &norm, 1).unwrap();
     });
     let xn = reference::rmsnorm(&x, &g, eps);
     let dn = max_diff(&c.read(&nb, cols), &xn);
@@ -637,13 +637,13 @@ fn check_stacked(c: &Ctx, ty: Kind, cols: usize, rows: [usize; 3], expect_one: b
         let x = values(t * cols, 41);
         let (xb, yb) = (c.buf(&x), c.zeros(t * total));
         let step = c.step(t, 0);
-        c.run(|pass| {
+        c.run(&step, |pass| {
             for (m, off) in s.mats() {
                 let io = Io {
                     y_offset: off,
                     ..Io::new((&xb, cols), (&yb, total))
                 };
-                matmul::matmul(&c.k, pass, &step, m, &io, t).unwrap();
+                matmul::matmul(pass, m, &io, t).unwrap();
             }
         });
         let want = reference::matmul(&x, &wq, cols);

@@ -15,6 +15,7 @@ use pippin::model::short_conv::ConvState;
 use pippin::model::{Activation, Arch, Config, RopeStyle};
 use pippin::quant::kv::{round_trip, KvFormat};
 use pippin::sampler::{Sampler, SamplerOptions};
+use pippin::testing::assert_close;
 
 fn config(
     n_heads: usize,
@@ -44,9 +45,9 @@ fn rmsnorm_rows_and_last_only() {
         let w = values(len, 3);
         let (xb, wb, yb) = (c.buf(&x), c.buf(&w), c.zeros(len * rows));
         let step = c.step(rows, 0);
-        c.run(|p| {
+        c.run(&step, |p| {
             let out = NormOut::default();
-            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
+            elementwise::rmsnorm(p, &wb, &xb, &yb, len, 1e-5, rows, out).unwrap()
         });
         let want = reference::rmsnorm(&x, &w, 1e-5);
         assert!(
@@ -54,23 +55,23 @@ fn rmsnorm_rows_and_last_only() {
             "len {len}"
         );
         let last = c.zeros(len);
-        c.run(|p| {
+        c.run(&step, |p| {
             let out = NormOut {
                 last_only: true,
                 accumulate: false,
             };
-            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &last, len, 1e-5, rows, out).unwrap()
+            elementwise::rmsnorm(p, &wb, &xb, &last, len, 1e-5, rows, out).unwrap()
         });
         assert!(max_diff(&c.read(&last, len), &want[(rows - 1) * len..]) < 1e-5);
         // Accumulating (Gemma's post norms): y = y0 + norm(x)·w.
         let y0 = values(len * rows, 77);
         let acc = c.buf(&y0);
-        c.run(|p| {
+        c.run(&step, |p| {
             let out = NormOut {
                 last_only: false,
                 accumulate: true,
             };
-            elementwise::rmsnorm(&c.k, p, &step, &wb, &xb, &acc, len, 1e-5, rows, out).unwrap()
+            elementwise::rmsnorm(p, &wb, &xb, &acc, len, 1e-5, rows, out).unwrap()
         });
         let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
         assert!(
@@ -104,7 +105,9 @@ fn rope_both_styles_partial_dims_qk_norm_and_none() {
         let (qb, qknb) = (c.buf(&qkv), c.buf(&[qn.clone(), kn.clone()].concat()));
         let step = c.step(t, pos0);
         let norms = qk_norm.then_some(&qknb);
-        c.run(|p| elementwise::rope(&c.k, p, &step, &cfg, &table, rotate, &qb, norms, t).unwrap());
+        c.run(&step, |p| {
+            elementwise::rope(p, &cfg, &table, rotate, &qb, norms, t).unwrap()
+        });
         let got = c.read(&qb, t * stride);
         // CPU: per token, norm then rotate the q heads and the k heads; v untouched.
         for ti in 0..t {
@@ -155,13 +158,17 @@ fn gated_activations_match() {
                 .collect::<Vec<_>>();
             let (gb, ab) = (c.buf(&gu), c.zeros(t * f));
             let step = c.step(t, 0);
-            c.run(|p| elementwise::glu(&c.k, p, &step, act, &gb, &ab, f, t).unwrap());
+            c.run(&step, |p| elementwise::glu(p, act, &gb, &ab, f, t).unwrap());
             let want: Vec<f32> = gu
                 .chunks(2 * f)
                 .flat_map(|r| reference::glu(act, &r[..f], &r[f..]))
                 .collect();
-            let d = max_diff(&c.read(&ab, t * f), &want);
-            assert!(d < 1e-4, "{act:?} f {f} t {t}: {d}");
+            assert_close(
+                &format!("{act:?} f {f} t {t}"),
+                &c.read(&ab, t * f),
+                &want,
+                1e-4,
+            );
         }
     }
 }
@@ -175,13 +182,19 @@ fn bias_add_onto_rows_awkward_widths() {
         let (y0, bias) = (values(t * stride, 7), values(width, 8));
         let (yb, bb) = (c.buf(&y0), c.buf(&bias));
         let step = c.step(t, 0);
-        c.run(|p| elementwise::bias_add(&c.k, p, &step, &bb, &yb, width, stride, t).unwrap());
+        c.run(&step, |p| {
+            elementwise::bias_add(p, &bb, &yb, width, stride, t).unwrap()
+        });
         let mut want = y0.clone();
         for row in want.chunks_exact_mut(stride) {
             reference::add_rows(&mut row[..width], &bias);
         }
-        let d = max_diff(&c.read(&yb, t * stride), &want);
-        assert!(d < 1e-6, "width {width} stride {stride} t {t}: {d}");
+        assert_close(
+            &format!("width {width} stride {stride} t {t}"),
+            &c.read(&yb, t * stride),
+            &want,
+            1e-6,
+        );
     }
 }
 
@@ -214,12 +227,15 @@ fn short_conv_steps_over_a_ring_state() {
                 slots,
                 y: &yb,
             };
-            c.run(|p| short_conv::short_conv(&c.k, p, &step, hidden, taps, &io).unwrap());
+            c.run(&step, |p| {
+                short_conv::short_conv(p, hidden, taps, &io).unwrap()
+            });
             let want = want_state.gated(0, pos0, &bcx, stride, &tap_w, taps);
-            let d = max_diff(&c.read(&yb, n * hidden), &want);
-            assert!(
-                d < 1e-5,
-                "hidden {hidden} taps {taps} slots {slots} step {i}: {d}"
+            assert_close(
+                &format!("hidden {hidden} taps {taps} slots {slots} step {i}"),
+                &c.read(&yb, n * hidden),
+                &want,
+                1e-5,
             );
             pos0 += n;
         }
@@ -266,18 +282,16 @@ fn windowed_attention_case(
     for (n, pos0) in steps {
         let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
-        c.run(|p| {
-            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &rows, &cache), n)
-                .unwrap()
+        c.run(&step, |p| {
+            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &rows, &cache), n).unwrap()
         });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
     let step = c.step(t, prefix);
     let part = c.zeros(cfg.n_heads * kv_len.div_ceil(64) * (cfg.head_dim + 2));
-    c.run(|p| {
+    c.run(&step, |p| {
         if t == 1 {
             attention::decode(
-                &c.k,
                 p,
                 &CacheIo::new(&step, cfg, format, &q_rows, &cache),
                 &part,
@@ -287,7 +301,6 @@ fn windowed_attention_case(
             .unwrap()
         } else {
             attention::prefill(
-                &c.k,
                 p,
                 &CacheIo::new(&step, cfg, format, &q_rows, &cache),
                 &out,
@@ -329,8 +342,12 @@ fn decode_attention_over_split_boundaries_and_groups() {
         let cfg = config(h, kvh, hd, RopeStyle::Adjacent, hd);
         for kv_len in [1, 63, 64, 65, 200] {
             let (got, want, _) = attention_case(&cfg, KvFormat::F32, kv_len, 1);
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-5, "heads {h}/{kvh} hd {hd} kv_len {kv_len}: {d}");
+            assert_close(
+                &format!("heads {h}/{kvh} hd {hd} kv_len {kv_len}"),
+                &got,
+                &want,
+                1e-5,
+            );
         }
     }
 }
@@ -352,8 +369,12 @@ fn attention_with_heads_of_256() {
     for (kv_len, t) in [(1, 1), (65, 1), (130, 1), (9, 9), (40, 13), (70, 5)] {
         for format in [KvFormat::F32, KvFormat::Int8] {
             let (got, want, _) = attention_case(&cfg, format, kv_len, t);
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-4, "{format:?} kv_len {kv_len} t {t}: {d}");
+            assert_close(
+                &format!("{format:?} kv_len {kv_len} t {t}"),
+                &got,
+                &want,
+                1e-4,
+            );
         }
     }
 }
@@ -369,11 +390,7 @@ fn sliding_window_attention_over_a_ring_cache() {
             for (kv_len, t) in [(5, 1), (300, 1), (301, 1), (70, 9), (400, 64), (257, 30)] {
                 for format in [KvFormat::F32, KvFormat::Int8] {
                     let (got, want, _) = windowed_attention_case(&cfg, format, kv_len, t, window);
-                    let d = max_diff(&got, &want);
-                    assert!(
-                        d < 1e-4,
-                        "heads {h}/{kvh} hd {hd} window {window} kv_len {kv_len} t {t} {format:?}: {d}"
-                    );
+                    assert_close(&format!("heads {h}/{kvh} hd {hd} window {window} kv_len {kv_len} t {t} {format:?}"), &got, &want, 1e-4);
                 }
             }
         }
@@ -429,19 +446,18 @@ fn fused_decode_case(
         let n = (prefix - pos0).min(64);
         let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
-        c.run(|p| {
-            attention::kv_write(&c.k, p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
+        c.run(&step, |p| {
+            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
     let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
     let out = c.zeros(qd);
     let step = c.step(1, prefix);
-    c.run(|p| {
+    c.run(&step, |p| {
         let qk = qk_norm.then_some(&norms);
         let (t, r) = (&table, rotate);
         attention::decode_fused(
-            &c.k,
             p,
             &CacheIo::new(&step, cfg, format, &last, &cache),
             (t, r),
@@ -475,8 +491,12 @@ fn one_pass_decode_attention_shapes_and_lengths() {
     ] {
         for kv_len in [1, 2, 63, 64, 65, 130] {
             let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm, true);
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-4, "{cfg:?} kv_len {kv_len} qk_norm {qk_norm}: {d}");
+            assert_close(
+                &format!("{cfg:?} kv_len {kv_len} qk_norm {qk_norm}"),
+                &got,
+                &want,
+                1e-4,
+            );
         }
     }
     // Layers without RoPE, with and without QK-norm.
@@ -486,8 +506,7 @@ fn one_pass_decode_attention_shapes_and_lengths() {
     ] {
         for kv_len in [1, 65] {
             let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, qk_norm, false);
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-4, "NoPE {cfg:?} kv_len {kv_len}: {d}");
+            assert_close(&format!("NoPE {cfg:?} kv_len {kv_len}"), &got, &want, 1e-4);
         }
     }
 }
@@ -498,8 +517,7 @@ fn one_pass_decode_attention_up_to_its_limit() {
     for kv_len in [2047, attention::ONE_PASS_MAX] {
         assert!(attention::one_pass(kv_len));
         let (got, want) = fused_decode_case(&cfg, KvFormat::F32, kv_len, 0, false, true);
-        let d = max_diff(&got, &want);
-        assert!(d < 1e-4, "kv_len {kv_len}: {d}");
+        assert_close(&format!("kv_len {kv_len}"), &got, &want, 1e-4);
     }
     assert!(!attention::one_pass(attention::ONE_PASS_MAX + 1));
 }
@@ -518,15 +536,18 @@ fn one_pass_decode_attention_gemma_windows_and_kv_formats() {
             (KvFormat::Int4, 2e-2),
         ] {
             let (got, want) = fused_decode_case(&gemma, format, kv_len, window, true, true);
-            let d = max_diff(&got, &want);
-            assert!(d < tol, "window {window} kv_len {kv_len} {format:?}: {d}");
+            assert_close(
+                &format!("window {window} kv_len {kv_len} {format:?}"),
+                &got,
+                &want,
+                tol,
+            );
         }
     }
     let cfg = config(9, 3, 64, RopeStyle::Adjacent, 64);
     for format in [KvFormat::F16, KvFormat::Int8, KvFormat::Int4] {
         let (got, want) = fused_decode_case(&cfg, format, 100, 0, false, true);
-        let d = max_diff(&got, &want);
-        assert!(d < 2e-2, "{format:?}: {d}");
+        assert_close(&format!("{format:?}"), &got, &want, 2e-2);
     }
 }
 
@@ -536,10 +557,11 @@ fn prefill_attention_tiles_with_a_cached_prefix() {
         let cfg = config(h, kvh, hd, RopeStyle::Adjacent, hd);
         for (kv_len, t) in [(5, 5), (20, 20), (57, 20), (40, 3), (17, 2)] {
             let (got, want, _) = attention_case(&cfg, KvFormat::F32, kv_len, t);
-            let d = max_diff(&got, &want);
-            assert!(
-                d < 1e-5,
-                "heads {h}/{kvh} hd {hd} kv_len {kv_len} t {t}: {d}"
+            assert_close(
+                &format!("heads {h}/{kvh} hd {hd} kv_len {kv_len} t {t}"),
+                &got,
+                &want,
+                1e-5,
             );
         }
     }
@@ -571,10 +593,11 @@ fn soft_capped_attention_in_every_kernel() {
         }
         for (kv_len, window) in [(1, 0), (65, 0), (300, 7)] {
             let (got, want) = fused_decode_case(&cfg, KvFormat::Int8, kv_len, window, false, true);
-            let d = max_diff(&got, &want);
-            assert!(
-                d < 2e-3,
-                "one pass, hd {hd} kv_len {kv_len} window {window}: {d}"
+            assert_close(
+                &format!("one pass, hd {hd} kv_len {kv_len} window {window}"),
+                &got,
+                &want,
+                2e-3,
             );
         }
     }
@@ -630,7 +653,7 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
                 ..pippin::kernels::Step::new(1, 0)
             }),
         );
-        c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+        c.run(&step, |p| top.encode(p, &lb).unwrap());
         let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
         let got = sample::decode_pairs(&bytes, vocab);
         let mut want: Vec<(u32, f32)> = logits
@@ -674,7 +697,7 @@ fn topk_keeps_only_masked_in_tokens() {
                 ..pippin::kernels::Step::new(1, 0)
             }),
         );
-        c.run(|p| top.encode(&c.k, p, &step, &lb).unwrap());
+        c.run(&step, |p| top.encode(p, &lb).unwrap());
         let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
         let got = sample::decode_pairs(&bytes, vocab);
         let mut want: Vec<(u32, f32)> = (0..vocab)
@@ -710,7 +733,7 @@ fn penalty_matches_the_sampler() {
         }),
     );
     let tb = c.gpu.upload_u32("tokens", &[0]).unwrap();
-    c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb, &tb).unwrap());
+    c.run(&step, |p| sample::penalty(p, &ib, &lb, &tb).unwrap());
     let mut want = logits.clone();
     sampler.penalize(&mut want, &history);
     assert_ne!(want, logits);
@@ -758,9 +781,9 @@ fn gpu_pick_matches_the_sampler() {
                         ..pippin::kernels::Step::new(1, 0)
                     }),
                 );
-                c.run(|p| {
-                    top.encode(&c.k, p, &step, &lb).unwrap();
-                    top.choose(&c.k, p, &step, &tokens).unwrap();
+                c.run(&step, |p| {
+                    top.encode(p, &lb).unwrap();
+                    top.choose(p, &tokens).unwrap();
                 });
                 let got = pollster::block_on(c.gpu.read(&tokens, 0, 4)).unwrap();
                 let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
@@ -819,7 +842,7 @@ fn penalty_of_a_chained_input_token() {
                 ..pippin::kernels::Step::new(1, 0)
             }),
         );
-        c.run(|p| sample::penalty(&c.k, p, &step, &ib, &lb, &tb).unwrap());
+        c.run(&step, |p| sample::penalty(p, &ib, &lb, &tb).unwrap());
         let mut want = logits.clone();
         sampler.penalize(&mut want, &history);
         assert_eq!(

@@ -39,14 +39,20 @@ impl KernelRow {
     }
 }
 
-/// Runs `f` (which records kernels) `reps` times in one submission; ms per repetition.
-fn time(m: &GpuModel, reps: usize, f: &dyn Fn(&mut Pass) -> Result<()>) -> Result<f64> {
+/// Runs `f` (which records kernels for the step in `step`) `reps` times in one
+/// submission; ms per repetition.
+fn time(
+    m: &GpuModel,
+    step: &wgpu::Buffer,
+    reps: usize,
+    f: &dyn Fn(&mut Pass) -> Result<()>,
+) -> Result<f64> {
     let g = &m.gpu;
     let run = |n: usize| -> Result<f64> {
         let mut enc = g.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            let mut pass = Pass::new(&mut pass);
+            let mut pass = Pass::new(&m.kernels, step, &mut pass);
             for _ in 0..n {
                 f(&mut pass)?;
             }
@@ -108,7 +114,7 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
             let step = g.uniform("step", bytemuck::bytes_of(&Step::new(tokens, 0)));
             let io = Io::new((&x, w.cols), (&y, w.rows));
             let fused = norm.filter(|_| tokens <= check);
-            let ms = time(m, reps, &|pass| match fused {
+            let ms = time(m, &step, reps, &|pass| match fused {
                 Some(glu) => {
                     let n = NormIn {
                         weights: &ones,
@@ -117,9 +123,9 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                         normed: &normed,
                         write_normed: false,
                     };
-                    matmul::norm_gemv(&m.kernels, pass, &step, w, &io, &n, tokens)
+                    matmul::norm_gemv(pass, w, &io, &n, tokens)
                 }
-                None => matmul::matmul(&m.kernels, pass, &step, w, &io, tokens),
+                None => matmul::matmul(pass, w, &io, tokens),
             })?;
             let name = match fused {
                 Some(Some(_)) => format!("norm + {name} + GLU"),
@@ -127,8 +133,8 @@ pub fn kernels(m: &GpuModel, reps: usize, chunk: usize) -> Result<Vec<KernelRow>
                 None => name.to_string(),
             };
             let naive_ms = if tokens == 1 && w.parts.len() == 1 {
-                Some(time(m, reps, &|pass| {
-                    matmul::naive(&m.kernels, pass, w, &x, &y)
+                Some(time(m, &step, reps, &|pass| {
+                    matmul::naive(pass, w, &x, &y)
                 })?)
             } else {
                 None

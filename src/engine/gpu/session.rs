@@ -208,19 +208,10 @@ impl GpuSession {
         let total = self.plan(m, adapter, Shape::Step)?.0.len();
         let outside = m
             .kernels
-            .record(|pass| {
-                matmul::embed(
-                    &m.kernels,
-                    pass,
-                    &self.b.step,
-                    &m.embed,
-                    &self.b.tokens,
-                    &self.b.x,
-                    1,
-                    1.0,
-                )?;
+            .record(&self.b.step, |pass| {
+                matmul::embed(pass, &m.embed, &self.b.tokens, &self.b.x, 1, 1.0)?;
                 self.encode_head(m, pass, 1, false)?;
-                self.encode_pick(m, pass)
+                self.encode_pick(pass)
             })?
             .len();
         Ok((total, outside))
@@ -232,7 +223,7 @@ impl GpuSession {
     /// plans).
     pub fn warm(&mut self, m: &GpuModel) -> Result<()> {
         let n = self.opts.chunk;
-        m.kernels.record(|pass| {
+        m.kernels.record(&self.b.step, |pass| {
             self.encode_layers(m, None, pass, n, 0)?;
             self.encode_head(m, pass, n, false)
         })?;
@@ -271,16 +262,19 @@ impl GpuSession {
                     } else {
                         0
                     };
-                    let mut plan = m.kernels.record(|pass| {
+                    let mut plan = m.kernels.record(&self.b.step, |pass| {
                         self.encode_layers(m, adapter, pass, 1, at)?;
                         self.encode_head(m, pass, 1, false)
                     })?;
                     let body = plan.len();
-                    plan.extend(m.kernels.record(|pass| self.encode_pick(m, pass))?);
+                    plan.extend(
+                        m.kernels
+                            .record(&self.b.step, |pass| self.encode_pick(pass))?,
+                    );
                     (plan, body)
                 }
                 Shape::Check(n) => {
-                    let plan = m.kernels.record(|pass| {
+                    let plan = m.kernels.record(&self.b.step, |pass| {
                         self.encode_layers(m, adapter, pass, n, 0)?;
                         self.encode_head(m, pass, n, true)
                     })?;
@@ -455,13 +449,11 @@ impl GpuSession {
             let mut enc = g.device.create_command_encoder(&Default::default());
             {
                 let mut inner = enc.begin_compute_pass(&Default::default());
-                let mut pass = Pass::new(&mut inner);
+                let mut pass = Pass::new(&m.kernels, &self.b.step, &mut inner);
                 self.encode_layers(m, adapter, &mut pass, n, pos0)?;
-                let (k, b) = (&m.kernels, &self.b);
+                let b = &self.b;
                 elementwise::rmsnorm(
-                    k,
                     &mut pass,
-                    &b.step,
                     &m.output_norm,
                     &b.x,
                     &b.h,
@@ -475,7 +467,7 @@ impl GpuSession {
                     cap: c.final_softcap,
                     ..Io::new((&b.h, c.hidden), (&scores, c.vocab_size))
                 };
-                matmul::matmul(k, &mut pass, &b.step, m.head(), &io, n)?;
+                matmul::matmul(&mut pass, m.head(), &io, n)?;
             }
             let bytes = g
                 .submit_and_read(enc, &scores, 0, n as u64 * row_bytes)
@@ -615,7 +607,7 @@ impl GpuSession {
             return Ok(enc);
         }
         let mut inner = enc.begin_compute_pass(&Default::default());
-        let mut pass = Pass::new(&mut inner);
+        let mut pass = Pass::new(&m.kernels, &self.b.step, &mut inner);
         if part != Part::Pick {
             self.encode_layers(m, adapter, &mut pass, n, pos0)?;
             if want.is_some() {
@@ -623,17 +615,17 @@ impl GpuSession {
             }
         }
         if part != Part::Body && picks {
-            self.encode_pick(m, &mut pass)?;
+            self.encode_pick(&mut pass)?;
         }
         drop(inner);
         Ok(enc)
     }
 
     /// Top-k of the logits, then the pick into the token buffer (`choose.wgsl`).
-    fn encode_pick(&self, m: &GpuModel, pass: &mut Pass) -> Result<()> {
-        let (k, b) = (&m.kernels, &self.b);
-        self.topk.encode(k, pass, &b.step, &b.logits)?;
-        self.topk.choose(k, pass, &b.step, &b.tokens)
+    fn encode_pick(&self, pass: &mut Pass) -> Result<()> {
+        let b = &self.b;
+        self.topk.encode(pass, &b.logits)?;
+        self.topk.choose(pass, &b.tokens)
     }
 
     async fn run_chunk(

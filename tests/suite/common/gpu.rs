@@ -37,12 +37,17 @@ impl Ctx {
             .uniform("step", bytemuck::bytes_of(&Step::new(n_tokens, pos0)))
     }
 
-    /// Records kernels with `f` in one pass, submits, and waits.
-    pub fn run(&self, f: impl FnOnce(&mut Pass)) {
+    /// Records kernels with `f` in one pass for the step in `step` and submits.
+    pub fn run(&self, step: &wgpu::Buffer, f: impl FnOnce(&mut Pass)) {
+        self.run_on(&self.k, step, f)
+    }
+
+    /// As `run`, with kernels `k`.
+    pub fn run_on(&self, k: &Kernels, step: &wgpu::Buffer, f: impl FnOnce(&mut Pass)) {
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            f(&mut Pass::new(&mut pass));
+            f(&mut Pass::new(k, step, &mut pass));
         }
         self.gpu.queue.submit([enc.finish()]);
     }

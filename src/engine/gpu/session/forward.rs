@@ -38,32 +38,30 @@ impl GpuSession {
     /// y (+)= W·x, then the LoRA update y += B·(A·x) when there is one.
     fn project(
         &self,
-        m: &GpuModel,
         pass: &mut Pass,
-        w: &GpuMatrix,
-        lora: Option<&GpuLora>,
+        (w, lora): (&GpuMatrix, Option<&GpuLora>),
         io: &Io,
         n: usize,
     ) -> Result<()> {
-        matmul::matmul(&m.kernels, pass, &self.b.step, w, io, n)?;
+        matmul::matmul(pass, w, io, n)?;
         match lora {
-            Some(l) => self.lora(m, pass, l, io, n),
+            Some(l) => self.lora(pass, l, io, n),
             None => Ok(()),
         }
     }
 
     /// y += B·(A·x): a LoRA update onto what `io` describes (its `accumulate` ignored).
-    fn lora(&self, m: &GpuModel, pass: &mut Pass, l: &GpuLora, io: &Io, n: usize) -> Result<()> {
-        let (k, step, t) = (&m.kernels, &self.b.step, &self.b.lora_t);
+    fn lora(&self, pass: &mut Pass, l: &GpuLora, io: &Io, n: usize) -> Result<()> {
+        let t = &self.b.lora_t;
         let a_io = Io::new((io.x, io.x_stride), (t, l.rank));
-        matmul::matmul(k, pass, step, &l.a, &a_io, n)?;
+        matmul::matmul(pass, &l.a, &a_io, n)?;
         let b_io = Io {
             x: t,
             x_stride: l.rank,
             accumulate: true,
             ..*io
         };
-        matmul::matmul(k, pass, step, &l.b, &b_io, n)
+        matmul::matmul(pass, &l.b, &b_io, n)
     }
 
     /// y = W·rmsnorm(x) for stacked matrices (outputs side by side in rows of
@@ -84,7 +82,7 @@ impl GpuSession {
         y_stride: usize,
         n: usize,
     ) -> Result<()> {
-        let (c, b, k) = (&m.config, &self.b, &m.kernels);
+        let (c, b) = (&m.config, &self.b);
         let folded = self.decodes(n);
         let io = |y_offset| Io {
             y_offset,
@@ -99,7 +97,7 @@ impl GpuSession {
                     normed: &b.h,
                     write_normed: keep_normed && i == 0,
                 };
-                matmul::norm_gemv(k, pass, &b.step, mat, &io(off), &norm, n)?;
+                matmul::norm_gemv(pass, mat, &io(off), &norm, n)?;
             }
             return Ok(());
         }
@@ -109,11 +107,9 @@ impl GpuSession {
             ));
         }
         let out = NormOut::default();
-        elementwise::rmsnorm(
-            k, pass, &b.step, norm_w, &b.x, &b.h, c.hidden, c.rms_eps, n, out,
-        )?;
+        elementwise::rmsnorm(pass, norm_w, &b.x, &b.h, c.hidden, c.rms_eps, n, out)?;
         for (mat, off) in mats.mats() {
-            matmul::matmul(k, pass, &b.step, mat, &io(off), n)?;
+            matmul::matmul(pass, mat, &io(off), n)?;
         }
         Ok(())
     }
@@ -130,17 +126,8 @@ impl GpuSession {
         n: usize,
         pos0: usize,
     ) -> Result<()> {
-        let (c, b, k) = (&m.config, &self.b, &m.kernels);
-        matmul::embed(
-            k,
-            pass,
-            &b.step,
-            &m.embed,
-            &b.tokens,
-            &b.x,
-            n,
-            c.embed_scale,
-        )?;
+        let (c, b) = (&m.config, &self.b);
+        matmul::embed(pass, &m.embed, &b.tokens, &b.x, n, c.embed_scale)?;
         for l in 0..m.layers.len() {
             let lora = |p: Proj| {
                 adapter
@@ -190,7 +177,7 @@ impl GpuSession {
             scale,
             ..Io::new((x, x_stride), (y, m.config.hidden))
         };
-        self.project(m, pass, w, lora, &io, n)?;
+        self.project(pass, (w, lora), &io, n)?;
         let (c, b) = (&m.config, &self.b);
         match post {
             Some(w) => {
@@ -199,7 +186,7 @@ impl GpuSession {
                     accumulate: true,
                 };
                 let (eps, h) = (c.rms_eps, c.hidden);
-                elementwise::rmsnorm(&m.kernels, pass, &b.step, w, &b.h, &b.x, h, eps, n, out)
+                elementwise::rmsnorm(pass, w, &b.h, &b.x, h, eps, n, out)
             }
             None => Ok(()),
         }
@@ -207,7 +194,7 @@ impl GpuSession {
 
     fn encode_attention(&self, at: LayerAt, pass: &mut Pass, pos0: usize) -> Result<()> {
         let LayerAt { m, l, lora, n } = at;
-        let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
+        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
         let (qd, kd, step, kv) = (c.q_dim(), c.kv_dim(), &b.step, self.opts.kv);
         let stride = qd + 2 * kd;
         let loras: Vec<_> = [(Proj::Q, 0), (Proj::K, qd), (Proj::V, qd + kd)]
@@ -232,10 +219,10 @@ impl GpuSession {
                 accumulate: true,
                 ..Io::new((&b.h, c.hidden), (&b.qkv, stride))
             };
-            self.lora(m, pass, lo, &io, n)?;
+            self.lora(pass, lo, &io, n)?;
         }
         if let Some(bias) = &w.qkv_bias {
-            elementwise::bias_add(k, pass, step, bias, &b.qkv, stride, stride, n)?;
+            elementwise::bias_add(pass, bias, &b.qkv, stride, stride, n)?;
         }
         let block = c.block(l);
         let table = &b.rope[(block.rope == Some(Rope::Local)) as usize];
@@ -249,15 +236,15 @@ impl GpuSession {
             cache,
         };
         if self.decodes(n) && attention::one_pass(pos0 + n) {
-            attention::decode_fused(k, pass, &cache, (table, rotate), qk_norm, att)?;
+            attention::decode_fused(pass, &cache, (table, rotate), qk_norm, att)?;
         } else {
             if rotate || qk_norm.is_some() {
-                elementwise::rope(k, pass, step, c, table, rotate, qkv, qk_norm, n)?;
+                elementwise::rope(pass, c, table, rotate, qkv, qk_norm, n)?;
             }
-            attention::kv_write(k, pass, &cache, n)?;
+            attention::kv_write(pass, &cache, n)?;
             match n {
-                1 => attention::decode(k, pass, &cache, &b.part, att, pos0 + 1)?,
-                _ => attention::prefill(k, pass, &cache, att, n)?,
+                1 => attention::decode(pass, &cache, &b.part, att, pos0 + 1)?,
+                _ => attention::prefill(pass, &cache, att, n)?,
             }
         }
         let post = w.post_norms.as_ref().map(|(a, _)| a);
@@ -293,18 +280,18 @@ impl GpuSession {
             slots,
             y: &b.att,
         };
-        short_conv::short_conv(&m.kernels, pass, &b.step, h, c.conv_taps, &io)?;
+        short_conv::short_conv(pass, h, c.conv_taps, &io)?;
         let io = Io {
             accumulate: true,
             scale: c.block(l).residual_scale,
             ..Io::new((&b.att, h), (&b.x, h))
         };
-        self.project(m, pass, &w.wo, lora(Proj::O), &io, n)
+        self.project(pass, (&w.wo, lora(Proj::O)), &io, n)
     }
 
     fn encode_mlp(&self, at: LayerAt, pass: &mut Pass) -> Result<()> {
         let LayerAt { m, l, lora, n } = at;
-        let (c, b, k, w) = (&m.config, &self.b, &m.kernels, &m.layers[l]);
+        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
         let (f, block) = (c.ffn_dim, c.block(l));
         let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
             .into_iter()
@@ -333,9 +320,9 @@ impl GpuSession {
                     accumulate: true,
                     ..Io::new((&b.h, c.hidden), (&b.gu, 2 * f))
                 };
-                self.lora(m, pass, lo, &io, n)?;
+                self.lora(pass, lo, &io, n)?;
             }
-            elementwise::glu(k, pass, &b.step, block.activation, &b.gu, &b.act, f, n)?;
+            elementwise::glu(pass, block.activation, &b.gu, &b.act, f, n)?;
         }
         let post = w.post_norms.as_ref().map(|(_, p)| p);
         let down = (&w.down, lora(Proj::Down));
@@ -353,7 +340,7 @@ impl GpuSession {
         n: usize,
         all: bool,
     ) -> Result<()> {
-        let (c, b, k) = (&m.config, &self.b, &m.kernels);
+        let (c, b) = (&m.config, &self.b);
         let io = |x| Io {
             scale: c.logit_scale,
             cap: c.final_softcap,
@@ -367,7 +354,7 @@ impl GpuSession {
                 normed: &b.last,
                 write_normed: false,
             };
-            matmul::norm_gemv(k, pass, &b.step, m.head(), &io(&b.x), &norm, n)?;
+            matmul::norm_gemv(pass, m.head(), &io(&b.x), &norm, n)?;
         } else if all && n > 1 {
             return Err(Error::gpu("every position's logits are a decode step's"));
         } else {
@@ -376,9 +363,9 @@ impl GpuSession {
                 accumulate: false,
             };
             let (w, h, eps) = (&m.output_norm, c.hidden, c.rms_eps);
-            elementwise::rmsnorm(k, pass, &b.step, w, &b.x, &b.last, h, eps, n, out)?;
-            matmul::gemv(k, pass, &b.step, m.head(), &io(&b.last), 1)?;
+            elementwise::rmsnorm(pass, w, &b.x, &b.last, h, eps, n, out)?;
+            matmul::gemv(pass, m.head(), &io(&b.last), 1)?;
         }
-        sample::penalty(k, pass, &b.step, &b.penalty_ids, &b.logits, &b.tokens)
+        sample::penalty(pass, &b.penalty_ids, &b.logits, &b.tokens)
     }
 }
