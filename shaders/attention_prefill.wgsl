@@ -103,8 +103,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
-// A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
-// clamp keeps tanh finite where a compiler computes it from exponentials.
 // The keys (or values) of positions k0..k0 + BK of KV head `kvh` into the tile `kv`,
 // zeros past the last key.
 fn load_tile(k0: u32, n_keys: u32, kvh: u32, lid: u32, values: bool) {
@@ -122,6 +120,8 @@ fn load_tile(k0: u32, n_keys: u32, kvh: u32, lid: u32, values: bool) {
     }
 }
 
+// A score as softmax reads it: soft-capped where the model caps them (Gemma 2). The
+// clamp keeps tanh finite where a compiler computes it from exponentials.
 fn capped(score: f32) -> f32 {
     if SOFTCAP > 0.0 {
         return SOFTCAP * tanh(clamp(score / SOFTCAP, -10.0, 10.0));

@@ -488,8 +488,8 @@ pub fn norm_gemv(
     norm: &NormIn,
     n_tokens: usize,
 ) -> Result<()> {
-    let (k, step) = (pass.kernels, pass.step);
     use crate::model::Activation;
+    let (k, step) = (pass.kernels, pass.step);
     let tokens = token_constants(io, n_tokens)?;
     let glu = match norm.glu {
         None => 0.0,
