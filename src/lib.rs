@@ -18,6 +18,7 @@ pub mod quant;
 pub mod recover;
 pub mod rng;
 pub mod sampler;
+#[cfg(any(test, feature = "dev"))]
 pub mod testing;
 pub mod tokenizer;
 #[cfg(target_arch = "wasm32")]

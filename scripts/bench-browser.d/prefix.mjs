@@ -3,7 +3,7 @@
 // in between (so the live KV cache no longer holds it), with the prefix cache and
 // without (`sessionMemory: 0`), side by side in one headless Chromium, through pippin
 // and pippin/worker (CPU backend; the page is cross-origin isolated: every core). The
-// same conversations as `pippin bench`'s prefix figure (src/bin/pippin/bench_sessions.rs).
+// same conversations as `pippin bench`'s prefix figure (cli/src/bench_sessions.rs).
 //
 //   node scripts/bench-browser.d/prefix.mjs [--model PATH] [--json]
 import path from "node:path";

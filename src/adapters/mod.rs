@@ -3,6 +3,7 @@
 //! forwards apply as y = W·x + s·B·(A·x)) and written back; the recovery adapter a
 //! converted GGUF file carries (`recovery`).
 
+#[cfg(any(test, feature = "dev"))]
 pub mod fixture;
 mod peft;
 pub mod recovery;

@@ -549,6 +549,7 @@ pub fn norm_gemv(
 }
 
 /// The benchmark's baseline: one thread per row (token 0 only).
+#[cfg(feature = "dev")]
 pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer) -> Result<()> {
     let k = pass.kernels;
     if m.parts.len() > 1 {

@@ -204,29 +204,42 @@ pub struct Kernels {
     created: Arc<AtomicU64>,
 }
 
+/// `PIPPIN_KERNELS=gpu` or `=software` (the `dev` feature: tests and the CLI): the GPU
+/// kernels then run, and are tested, on lavapipe.
+#[cfg(feature = "dev")]
+fn forced_software() -> Option<bool> {
+    match std::env::var("PIPPIN_KERNELS").ok()?.as_str() {
+        "gpu" => Some(false),
+        "software" => Some(true),
+        _ => None,
+    }
+}
+
+/// `PIPPIN_GEMV_TPR` (the `dev` feature): the GEMV's threads per row, for measuring
+/// other shapes on new hardware.
+#[cfg(feature = "dev")]
+fn forced_gemv_tpr() -> Option<u32> {
+    let t = std::env::var("PIPPIN_GEMV_TPR").ok()?.parse::<u32>().ok()?;
+    Some(t.next_power_of_two().clamp(1, 256))
+}
+
 impl Kernels {
     /// The kernels this adapter runs best: `Tuning::software` on software adapters,
-    /// `Tuning::gpu` on GPUs. `PIPPIN_KERNELS=gpu` or `=software` forces either (the
-    /// GPU kernels then run, and are tested, on lavapipe); `PIPPIN_GEMV_TPR` sets the
-    /// GEMV's threads per row (for measuring other shapes on new hardware).
+    /// `Tuning::gpu` on GPUs.
     pub fn new(gpu: &Gpu) -> Self {
-        let forced = std::env::var("PIPPIN_KERNELS").ok();
-        let software = match forced.as_deref() {
-            Some("gpu") => false,
-            Some("software") => true,
-            _ => gpu.adapter.software,
-        };
-        let mut tuning = if software {
+        let software = gpu.adapter.software;
+        #[cfg(feature = "dev")]
+        let software = forced_software().unwrap_or(software);
+        let tuning = if software {
             Tuning::software()
         } else {
             Tuning::gpu(gpu.adapter.subgroup_size)
         };
-        if let Some(t) = std::env::var("PIPPIN_GEMV_TPR")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-        {
-            tuning.gemv_tpr = t.next_power_of_two().clamp(1, 256);
-        }
+        #[cfg(feature = "dev")]
+        let tuning = Tuning {
+            gemv_tpr: forced_gemv_tpr().unwrap_or(tuning.gemv_tpr),
+            ..tuning
+        };
         Self::with_tuning(gpu, tuning)
     }
 

@@ -114,6 +114,20 @@ impl Spec {
         }
     }
 
+    /// The tiny file of `arch`'s family: its own layout where it has one (sliding
+    /// windows of 8 for the Gemmas), Llama's tensors under its name otherwise.
+    pub fn family(arch: Arch) -> Spec {
+        match arch {
+            Arch::Gemma3 => Spec::gemma3(8),
+            Arch::Gemma2 => Spec::gemma2(8),
+            Arch::Lfm2 => Spec::lfm2(),
+            _ => Spec {
+                arch: arch.name(),
+                ..Spec::llama()
+            },
+        }
+    }
+
     /// A ~500 MB model (a 100,000-token f32 embedding of 410 MB): memory tests load
     /// it to show the heap does not follow the file (natively and in the browser).
     pub fn large() -> Spec {

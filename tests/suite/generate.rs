@@ -1,4 +1,5 @@
-//! The generate loop on the CPU reference, and the `pippin` CLI end to end.
+//! The generate loop on the CPU reference (the `pippin` CLI end to end:
+//! `cli/tests/cli.rs`).
 
 use crate::common;
 
@@ -8,7 +9,6 @@ use pippin::engine::{self, FinishReason, GenerateOptions, ReferenceSession};
 use pippin::gguf::Gguf;
 use pippin::tokenizer::Tokenizer;
 use pollster::block_on;
-use std::process::Command;
 
 fn tokenizer() -> Tokenizer {
     let (g, _) = Gguf::open(&model_path()).unwrap();
@@ -106,81 +106,6 @@ fn bad_requests_are_errors_and_the_session_stays_usable() {
     assert!(block_on(engine::generate(&mut s, &tk, &[504], &bad, |_, _| true)).is_err());
     let ok = GenerateOptions::up_to(2);
     assert!(block_on(engine::generate(&mut s, &tk, &[504], &ok, |_, _| true)).is_ok());
-}
-
-#[test]
-fn cli_generates_and_reports() {
-    let model = model_path();
-    let (out, err) = common::pippin_cli([
-        "generate".as_ref(),
-        "--cpu".as_ref(),
-        "--max-tokens".as_ref(),
-        "6".as_ref(),
-        "--prompt".as_ref(),
-        "The capital of France is".as_ref(),
-        "--model".as_ref(),
-        model.as_os_str(),
-    ]);
-    assert!(out.starts_with(" Paris."));
-    assert!(
-        err.contains("5 prompt tokens, 6 generated") && err.contains("decode"),
-        "{err}"
-    );
-}
-
-/// `pippin bench --cpu --json`: the CPU backend's figures, its guided reply included
-/// (the CPU backend gives full logits, which the guided bench masks itself).
-#[test]
-fn cli_bench_on_the_cpu_backend() {
-    let model = model_path();
-    let args = [
-        "bench", "--cpu", "--json", "--prompt", "8", "--steps", "4", "--model",
-    ];
-    let args = args.iter().map(std::ffi::OsStr::new);
-    let (out, _) = common::pippin_cli(args.chain([model.as_os_str()]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["backend"], "cpu");
-    for k in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
-        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
-    }
-    let guided = &v["guided"];
-    assert_eq!(guided["vocab"], 49152);
-    // The schema's reply takes more than a handful of tokens ({"name":"...", ...).
-    assert!(guided["steps"].as_u64().is_some_and(|s| s > 8), "{guided}");
-    assert!(v["memory"]["heap_after_load_bytes"]
-        .as_u64()
-        .is_some_and(|b| b > 90_000_000));
-    // The prefix cache's figure: the long system prompt cached, not run again.
-    let p = &v["prefix_cache"];
-    assert_eq!(p["same_text"], true, "{p}");
-    let cached = |side: &str| p[side]["cached_tokens"].as_u64().unwrap_or(0);
-    assert!(cached("with_prefix_cache") > cached("without") + 400, "{p}");
-}
-
-#[test]
-fn cli_errors_are_clear() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args([
-            "generate",
-            "--cpu",
-            "--prompt",
-            "hi",
-            "--model",
-            "/nonexistent.gguf",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.starts_with("error: cannot open /nonexistent.gguf"),
-        "{err}"
-    );
-    let info = Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args(["info", "Cargo.toml"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&info.stderr).contains("not a GGUF file"));
 }
 
 /// A failed step is reported, and retrying goes on where it failed: the same text as

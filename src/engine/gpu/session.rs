@@ -186,6 +186,7 @@ impl GpuSession {
 
     /// Whether decode steps replay their recorded plan (the default) or are encoded
     /// from scratch each time (for measuring what recording saves).
+    #[cfg(feature = "dev")]
     pub fn set_replay(&mut self, on: bool) {
         self.replay = on;
     }
@@ -193,6 +194,7 @@ impl GpuSession {
     /// Whether a decode step runs the fused kernels (the default: norms folded into
     /// the GEMVs, the GLU in the gate|up epilogue, one-pass attention) or the chunk
     /// path's separate ones (the bench's "unfused" figures). Recorded plans are dropped.
+    #[cfg(feature = "dev")]
     pub fn set_fused(&mut self, on: bool) {
         self.fused = on;
         self.plans.clear();

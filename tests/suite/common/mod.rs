@@ -184,17 +184,3 @@ impl<R: std::io::Read> std::io::Read for Counting<R> {
         Ok(n)
     }
 }
-
-/// Runs the `pippin` CLI with `args`; it must succeed. Its (stdout, stderr).
-pub fn pippin_cli<S: AsRef<std::ffi::OsStr>>(
-    args: impl IntoIterator<Item = S>,
-) -> (String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pippin"))
-        .args(args)
-        .output()
-        .expect("the pippin binary runs");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "pippin failed: {stderr}");
-    (stdout, stderr)
-}
