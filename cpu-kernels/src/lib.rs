@@ -12,11 +12,16 @@
 //! - `palette`: integer dot products of palettized rows (2- and 4-bit indices into a
 //!   table quantized to integers) with 16-bit activations in plain loops (all targets;
 //!   the reference of `simd::palette`).
+//! - `floats`: f32 and int8 dot/axpy in plain loops (all targets; the reference of
+//!   `simd::f32` and `simd::int8`).
 //! - `simd`: quantized block dot products, int8 attention and f32 dot/axpy in wasm
-//!   SIMD128 (only there; elsewhere the engine's plain loops run, the reference these
-//!   are tested against in `pkg-tests`).
+//!   SIMD128 (only there; tested against the plain loops in `pkg-tests`).
+//! - `fastest`: the one the engine calls — SIMD where compiled in, plain loops
+//!   elsewhere; the only code here (and in the engine's CPU backend) that asks.
 
 pub mod dots;
+pub mod fastest;
+pub mod floats;
 pub mod ggml;
 pub mod kquants;
 pub mod palette;
@@ -28,6 +33,19 @@ pub struct Acts<'a> {
     pub q: &'a [i16],
     pub d: &'a [f32],
     pub s: &'a [f32],
+}
+
+impl<'a> Acts<'a> {
+    /// Token `t`'s activations, for rows of `cols` values.
+    #[inline]
+    pub fn token(self, t: usize, cols: usize) -> Acts<'a> {
+        let (b, n) = (t * cols / 32, cols / 32);
+        Acts {
+            q: &self.q[t * cols..][..cols],
+            d: &self.d[b..][..n],
+            s: &self.s[b..][..n],
+        }
+    }
 }
 
 /// Several tokens' `d` and `s` (of `Acts`) by groups of four tokens, block after block

@@ -7,7 +7,7 @@
 compile_error!("the package's CPU kernels are built for SIMD128 (.cargo/config.toml)");
 
 use pippin::engine::cpu::dot::{
-    dot, dot_f32, dot_scalar, dots, has_int_dot, palette, palette_scalar, Levels, Q16,
+    dot, dot_f32, dot_scalar, dots, format, has_int_dot, palette, palette_scalar, Levels, Q16,
 };
 use pippin::engine::QMatrix;
 use pippin::model::reference::matmul;
@@ -67,7 +67,8 @@ fn simd_integer_dots_equal_the_plain_loops() {
             let xs = values(t * cols, 60 + i as u64);
             let q = Q16::quantize(&xs).with_lanes(cols);
             let mut many = vec![0f32; t];
-            dots(ty, &bytes, &q, cols, &mut many);
+            let f = format(ty).expect("a format with an integer dot product");
+            dots(f, &bytes, &q, cols, &mut many);
             for (k, &v) in many.iter().enumerate() {
                 let plain = dot_scalar(ty, &bytes, q.row(k, cols));
                 let m = magnitude(&w, &xs[k * cols..][..cols]);

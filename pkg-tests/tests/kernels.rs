@@ -322,12 +322,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
         let rows = c.buf(&qkv[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
         c.run(&step, |p| {
-            attention::kv_write(
-                p,
-                &CacheIo::new(&step, cfg, KvFormat::Int8, &rows, &cache),
-                n,
-            )
-            .unwrap()
+            attention::kv_write(p, &CacheIo::new(cfg, KvFormat::Int8, &rows, &cache), n).unwrap()
         });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
@@ -343,7 +338,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
             let f = KvFormat::Int8;
             attention::decode(
                 p,
-                &CacheIo::new(&step, cfg, f, &q_rows, &cache),
+                &CacheIo::new(cfg, f, &q_rows, &cache),
                 &part,
                 &out,
                 kv_len,
@@ -352,7 +347,7 @@ async fn attention_case(c: &Ctx, cfg: &Config, window: usize, kv_len: usize, t: 
         } else {
             attention::prefill(
                 p,
-                &CacheIo::new(&step, cfg, KvFormat::Int8, &q_rows, &cache),
+                &CacheIo::new(cfg, KvFormat::Int8, &q_rows, &cache),
                 &out,
                 t,
             )
@@ -591,7 +586,7 @@ async fn fused_case(
         let b = c.buf(&rows[p0 * stride..(p0 + n) * stride]);
         let step = c.step(n, p0);
         c.run(&step, |p| {
-            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
+            attention::kv_write(p, &CacheIo::new(cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
@@ -603,7 +598,7 @@ async fn fused_case(
         let (t, r) = (&table, rotate);
         attention::decode_fused(
             p,
-            &CacheIo::new(&step, cfg, format, &last, &cache),
+            &CacheIo::new(cfg, format, &last, &cache),
             (t, r),
             qk,
             &out,

@@ -3,6 +3,7 @@
 //! lavapipe: 10–20× slower than the CPU backend), or what the caller asked for.
 
 use super::BackendKind;
+use crate::error::{Error, Result};
 use serde::Deserialize;
 
 /// What the caller asked for (`Pippin.load(src, { backend })`).
@@ -51,6 +52,16 @@ pub fn choose(request: BackendRequest, probe: WebGpuProbe) -> (BackendKind, &'st
     }
 }
 
+/// When the WebGPU device that `choose` picked does not start (`error`): "auto"
+/// goes on with the CPU backend (`Ok`: why, for `info().backend`; nothing of the
+/// model has been read yet), an explicit "webgpu" fails with the device's error.
+pub fn without_webgpu(request: BackendRequest, error: Error) -> Result<String> {
+    match request {
+        BackendRequest::Auto => Ok(format!("WebGPU did not start ({error})")),
+        _ => Err(error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +79,14 @@ mod tests {
             assert_eq!(choose(BackendRequest::Cpu, probe).0, BackendKind::Cpu);
             assert_eq!(choose(BackendRequest::Webgpu, probe).0, BackendKind::Webgpu);
         }
+    }
+
+    #[test]
+    fn only_auto_falls_back_when_webgpu_does_not_start() {
+        let lost = || Error::gpu("no device");
+        let why = without_webgpu(BackendRequest::Auto, lost()).unwrap();
+        assert!(why.starts_with("WebGPU did not start") && why.contains("no device"));
+        let e = without_webgpu(BackendRequest::Webgpu, lost()).unwrap_err();
+        assert!(e.to_string().contains("no device"), "{e}");
     }
 }

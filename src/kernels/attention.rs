@@ -171,7 +171,6 @@ fn qkv_stride(c: &Config) -> usize {
 /// What every kernel over one layer's KV cache binds first (bindings 0–5: the step,
 /// the cache, the qkv rows) and is specialized by.
 pub struct CacheIo<'a> {
-    pub step: &'a wgpu::Buffer,
     pub c: &'a Config,
     pub format: KvFormat,
     pub qkv: &'a wgpu::Buffer,
@@ -180,14 +179,12 @@ pub struct CacheIo<'a> {
 
 impl<'a> CacheIo<'a> {
     pub fn new(
-        step: &'a wgpu::Buffer,
         c: &'a Config,
         format: KvFormat,
         qkv: &'a wgpu::Buffer,
         cache: &'a LayerCache,
     ) -> Self {
         CacheIo {
-            step,
             c,
             format,
             qkv,
@@ -195,10 +192,13 @@ impl<'a> CacheIo<'a> {
         }
     }
 
-    /// Bindings 0–5, then `more`.
-    fn bindings(&self, more: &[&'a wgpu::Buffer]) -> Vec<&'a wgpu::Buffer> {
+    /// Bindings 0–5 (the step's uniform of `pass` first), then `more`.
+    fn bindings<'b>(&self, pass: &Pass<'b, '_>, more: &[&'b wgpu::Buffer]) -> Vec<&'b wgpu::Buffer>
+    where
+        'a: 'b,
+    {
         let l = self.cache;
-        let mut b = vec![self.step, &l.k, &l.v, &l.k_scales, &l.v_scales, self.qkv];
+        let mut b = vec![pass.step, &l.k, &l.v, &l.k_scales, &l.v_scales, self.qkv];
         b.extend_from_slice(more);
         b
     }
@@ -232,7 +232,7 @@ pub fn kv_write(pass: &mut Pass, io: &CacheIo, n_tokens: usize) -> Result<()> {
         .collect();
     let pipe = k.pipe(Shader::KvWrite, &consts)?;
     let groups = [n_tokens as u32, io.c.n_kv_heads as u32, 2];
-    k.dispatch(pass, &pipe, &io.bindings(&[]), groups);
+    k.dispatch(pass, &pipe, &io.bindings(pass, &[]), groups);
     Ok(())
 }
 
@@ -260,7 +260,7 @@ pub fn decode(
     let pipe = k.pipe(Shader::AttentionDecode, &io.constants()[..9])?;
     let splits = (kv_len as u32).div_ceil(CHUNK);
     let groups = Groups::Splits(c.n_kv_heads as u32);
-    k.dispatch_groups(pass, &pipe, &io.bindings(&[part]), groups, splits);
+    k.dispatch_groups(pass, &pipe, &io.bindings(pass, &[part]), groups, splits);
     let reduce = k.pipe(
         Shader::AttentionReduce,
         &[("HD", c.head_dim as f64), ("NH", c.n_heads as f64)],
@@ -268,7 +268,7 @@ pub fn decode(
     k.dispatch(
         pass,
         &reduce,
-        &[io.step, part, out],
+        &[pass.step, part, out],
         [c.n_heads as u32, 1, 1],
     );
     Ok(())
@@ -293,7 +293,7 @@ pub fn decode_fused(
         ("EPS", c.rms_eps as f64),
     ]);
     let pipe = k.pipe(Shader::AttentionDecodeFused, &consts)?;
-    let bufs = io.bindings(&[out, table, qk_norm.unwrap_or(table)]);
+    let bufs = io.bindings(pass, &[out, table, qk_norm.unwrap_or(table)]);
     k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, 1, 1]);
     Ok(())
 }
@@ -304,6 +304,11 @@ pub fn prefill(pass: &mut Pass, io: &CacheIo, out: &wgpu::Buffer, n_tokens: usiz
     let c = io.c;
     let pipe = k.pipe(Shader::AttentionPrefill, &io.constants())?;
     let x = (n_tokens as u32).div_ceil(prefill_queries(c));
-    k.dispatch(pass, &pipe, &io.bindings(&[out]), [x, c.n_heads as u32, 1]);
+    k.dispatch(
+        pass,
+        &pipe,
+        &io.bindings(pass, &[out]),
+        [x, c.n_heads as u32, 1],
+    );
     Ok(())
 }

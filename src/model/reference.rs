@@ -442,39 +442,11 @@ pub fn matmul(x: &[f32], w: &[f32], k: usize) -> Vec<f32> {
     y
 }
 
-/// Dot product with eight independent sums, so the compiler can vectorize it (with
-/// wasm SIMD128, explicitly: the browser build is optimized for size and LLVM does not
-/// vectorize there).
+/// `Σ a·b`: eight independent sums that LLVM vectorizes natively, SIMD128 in the
+/// browser (`pippin_cpu_kernels::fastest`: the browser build is optimized for size and
+/// LLVM does not vectorize there).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        pippin_cpu_kernels::simd::f32::dot(a, b)
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    {
-        dot_plain(a, b)
-    }
-}
-
-#[cfg_attr(
-    all(target_arch = "wasm32", target_feature = "simd128"),
-    allow(dead_code)
-)]
-fn dot_plain(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
+    pippin_cpu_kernels::fastest::dot_f32(a, b)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -550,10 +522,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], kv_len: usize, s: AttnShape) -
 
 /// `y += a·x`.
 pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    pippin_cpu_kernels::simd::f32::axpy(y, a, x);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    y.iter_mut().zip(x).for_each(|(v, b)| *v += a * b);
+    pippin_cpu_kernels::fastest::axpy_f32(y, a, x)
 }
 
 pub fn softmax(x: &mut [f32]) {

@@ -5,7 +5,7 @@
 mod source;
 mod threads;
 
-use crate::engine::choice::{choose, BackendRequest, WebGpuProbe};
+use crate::engine::choice::{choose, without_webgpu, BackendRequest, WebGpuProbe};
 use crate::engine::{
     busy, AdapterChoice, BackendKind, Engine, Event, GenerateOptions, Prompt, SessionOptions, Usage,
 };
@@ -252,16 +252,11 @@ impl JsEngine {
         let cap = opts
             .gpu_limits
             .and_then(|l| l.max_storage_buffer_binding_size);
-        // "auto" chose WebGPU but its device does not start: the CPU backend instead
-        // (nothing of the stream has been read yet).
         let gpu = match kind {
             BackendKind::Cpu => Err(reason.to_string()),
             BackendKind::Webgpu => match Gpu::with_max_binding(Caps::all(), cap).await {
                 Ok(gpu) => Ok(gpu),
-                Err(e) if opts.backend == BackendRequest::Auto => {
-                    Err(format!("WebGPU did not start ({e})"))
-                }
-                Err(e) => return Err(js_err(e)),
+                Err(e) => Err(without_webgpu(opts.backend, e).map_err(js_err)?),
             },
         };
         let core = match gpu {

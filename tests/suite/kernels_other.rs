@@ -283,7 +283,7 @@ fn windowed_attention_case(
         let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
         c.run(&step, |p| {
-            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &rows, &cache), n).unwrap()
+            attention::kv_write(p, &CacheIo::new(cfg, format, &rows, &cache), n).unwrap()
         });
     }
     let q_rows = c.buf(&qkv[prefix * stride..]);
@@ -293,20 +293,14 @@ fn windowed_attention_case(
         if t == 1 {
             attention::decode(
                 p,
-                &CacheIo::new(&step, cfg, format, &q_rows, &cache),
+                &CacheIo::new(cfg, format, &q_rows, &cache),
                 &part,
                 &out,
                 kv_len,
             )
             .unwrap()
         } else {
-            attention::prefill(
-                p,
-                &CacheIo::new(&step, cfg, format, &q_rows, &cache),
-                &out,
-                t,
-            )
-            .unwrap()
+            attention::prefill(p, &CacheIo::new(cfg, format, &q_rows, &cache), &out, t).unwrap()
         }
     });
     let _ = &qkv_b;
@@ -447,7 +441,7 @@ fn fused_decode_case(
         let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
         let step = c.step(n, pos0);
         c.run(&step, |p| {
-            attention::kv_write(p, &CacheIo::new(&step, cfg, format, &b, &cache), n).unwrap()
+            attention::kv_write(p, &CacheIo::new(cfg, format, &b, &cache), n).unwrap()
         });
     }
     let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
@@ -459,7 +453,7 @@ fn fused_decode_case(
         let (t, r) = (&table, rotate);
         attention::decode_fused(
             p,
-            &CacheIo::new(&step, cfg, format, &last, &cache),
+            &CacheIo::new(cfg, format, &last, &cache),
             (t, r),
             qk,
             &out,

@@ -74,8 +74,8 @@ fn every_import_points_down() {
         let rel = f.strip_prefix(&src).unwrap();
         let top = rel.iter().next().unwrap().to_string_lossy();
         let module = top.trim_end_matches(".rs");
-        if ["lib", "bin", "testing"].contains(&module) {
-            continue; // the crate root, the CLI (a front door) and test support
+        if ["lib", "testing"].contains(&module) {
+            continue; // the crate root and test support
         }
         let Some(mine) = layer_of(module) else {
             assert!(LEAVES.contains(&module), "{module} is in no layer");
@@ -140,9 +140,8 @@ fn the_backends_use_only_their_interface_from_the_engine() {
 /// DESIGN.md: only the device (`gpu`), threads (`par`), the heap (`memory`), the front
 /// door (`wasm`, and the crate root choosing modules) know where they run — and
 /// `guided`, whose compiler is linked in natively and loaded as a second wasm module
-/// in the browser. Still to move: the CPU backend's SIMD-or-plain choice of its dot
-/// products (`engine/cpu/dot.rs`, `kv.rs`, `model/reference.rs`), which a dispatch
-/// inside `pippin_cpu_kernels` made 15% slower natively (prefill 109 -> 93 tok/s).
+/// in the browser. The CPU backend's SIMD-or-plain choice of its loops is made in
+/// `pippin_cpu_kernels::fastest`, outside this crate.
 #[test]
 fn only_the_platform_modules_ask_where_they_run() {
     let src = common::root().join("src");
@@ -154,12 +153,6 @@ fn only_the_platform_modules_ask_where_they_run() {
         "lib.rs",
         "guided",
         "testing",
-        "bin",
-    ];
-    let not_yet = [
-        "engine/cpu/dot.rs",
-        "engine/cpu/kv.rs",
-        "model/reference.rs",
     ];
     let mut files = Vec::new();
     sources(&src, &mut files);
@@ -174,7 +167,6 @@ fn only_the_platform_modules_ask_where_they_run() {
             all.contains("target_arch") || all.contains("target_feature")
         })
         .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .filter(|f| !not_yet.contains(&f.as_str()))
         .collect();
     assert!(
         asking.is_empty(),

@@ -189,7 +189,7 @@ pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f3
         if outs.len() <= 2 {
             // A group's float work costs about two tokens' of `dot`: fewer go alone.
             for (j, o) in outs.iter_mut().enumerate() {
-                *o = dot(ty, row, token(x, t0 + j, cols));
+                *o = dot(ty, row, x.token(t0 + j, cols));
             }
             continue;
         }
@@ -225,16 +225,6 @@ pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f3
             f32x4_extract_lane::<3>(r),
         ];
         outs.copy_from_slice(&r[..outs.len()]);
-    }
-}
-
-/// Token `t`'s activations (rows of `cols`).
-fn token(x: Acts, t: usize, cols: usize) -> Acts {
-    let (b, n) = (t * cols / 32, cols / 32);
-    Acts {
-        q: &x.q[t * cols..][..cols],
-        d: &x.d[b..][..n],
-        s: &x.s[b..][..n],
     }
 }
 

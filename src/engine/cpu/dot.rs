@@ -8,12 +8,16 @@
 //! integer scales and minimums per 16 or 32 values and f32 once per activation block
 //! (`pippin_cpu_kernels::kquants`). With SIMD128 (the package build) the 4- and 8-bit
 //! blocks and the K-quants use 128-bit lanes; elsewhere the same arithmetic in plain
-//! loops, the reference the SIMD versions are tested against.
+//! loops, the reference the SIMD versions are tested against
+//! (`pippin_cpu_kernels::fastest` chooses: nothing here asks where it runs).
 
 use crate::quant::GgmlType;
+use pippin_cpu_kernels::fastest;
+pub use pippin_cpu_kernels::fastest::Format;
 use pippin_cpu_kernels::kquants::KQuant;
 pub use pippin_cpu_kernels::palette::Levels;
-use pippin_cpu_kernels::Acts;
+pub use pippin_cpu_kernels::Acts;
+use pippin_cpu_kernels::Lanes;
 
 /// Activations quantized per 32 values: `q ≈ x / d`, and `s = d · Σq` per block
 /// (the offset term of formats with a minimum or a bias).
@@ -75,170 +79,82 @@ impl Q16 {
         }
     }
 
-    /// The scales and sums by groups of four tokens (`with_lanes`).
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    fn lanes(&self) -> pippin_cpu_kernels::Lanes<'_> {
-        pippin_cpu_kernels::Lanes {
+    /// The scales and sums by groups of four tokens (`with_lanes`; empty before).
+    fn lanes(&self) -> Lanes<'_> {
+        Lanes {
             d: &self.d4,
             s: &self.s4,
         }
     }
 
     /// Token `token`'s row of `cols` values.
-    pub fn row(&self, token: usize, cols: usize) -> Row<'_> {
-        let (b, n) = (token * cols / 32, cols / 32);
-        Row {
-            q: &self.q[token * cols..][..cols],
-            d: &self.d[b..][..n],
-            s: &self.s[b..][..n],
-        }
+    pub fn row(&self, token: usize, cols: usize) -> Acts<'_> {
+        self.acts().token(token, cols)
     }
 }
 
-#[derive(Clone, Copy)]
-pub struct Row<'a> {
-    pub q: &'a [i16],
-    pub d: &'a [f32],
-    pub s: &'a [f32],
-}
-
-impl<'a> Row<'a> {
-    fn acts(self) -> Acts<'a> {
-        Acts {
-            q: self.q,
-            d: self.d,
-            s: self.s,
-        }
-    }
-}
-
-/// Formats with an integer dot product: the blocks of 32 and the K-quants.
-pub fn has_int_dot(ty: GgmlType) -> bool {
-    kquant(ty).is_some()
-        || matches!(
-            ty,
-            GgmlType::Q4_0
-                | GgmlType::Q4_1
-                | GgmlType::Q5_0
-                | GgmlType::Q5_1
-                | GgmlType::Q8_0
-                | GgmlType::Iq4Nl
-        )
-}
-
-/// Whether `ty` is a K-quant (super-blocks of 256).
-pub fn is_kquant(ty: GgmlType) -> bool {
-    kquant(ty).is_some()
-}
-
-/// The K-quant formats (super-blocks of 256: `pippin_cpu_kernels::kquants`).
-fn kquant(ty: GgmlType) -> Option<KQuant> {
+/// The integer dot product's name for `ty`: the blocks of 32 and the K-quants; `None`
+/// for the formats without one (decoded to f32 instead).
+pub fn format(ty: GgmlType) -> Option<Format> {
     Some(match ty {
-        GgmlType::Q2K => KQuant::Q2K,
-        GgmlType::Q3K => KQuant::Q3K,
-        GgmlType::Q4K => KQuant::Q4K,
-        GgmlType::Q5K => KQuant::Q5K,
-        GgmlType::Q6K => KQuant::Q6K,
+        GgmlType::Q4_0 => Format::Q4_0,
+        GgmlType::Q4_1 => Format::Q4_1,
+        GgmlType::Q5_0 => Format::Q5_0,
+        GgmlType::Q5_1 => Format::Q5_1,
+        GgmlType::Q8_0 => Format::Q8_0,
+        GgmlType::Iq4Nl => Format::Iq4Nl,
+        GgmlType::Q2K => Format::K(KQuant::Q2K),
+        GgmlType::Q3K => Format::K(KQuant::Q3K),
+        GgmlType::Q4K => Format::K(KQuant::Q4K),
+        GgmlType::Q5K => Format::K(KQuant::Q5K),
+        GgmlType::Q6K => Format::K(KQuant::Q6K),
         _ => return None,
     })
 }
 
-/// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`), fastest available way.
-pub fn dot(ty: GgmlType, row: &[u8], x: Row) -> f32 {
-    // With SIMD128 every type of `has_int_dot` has a SIMD kernel: the plain loops are
-    // not linked into the engine (-6 KB of wasm).
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        if let Some(b) = simd_block(ty) {
-            return pippin_cpu_kernels::simd::blocks::dot(b, row, x.acts());
-        }
-        match kquant(ty) {
-            Some(k) => pippin_cpu_kernels::simd::kquants::dot(k, row, x.acts()),
-            None => 0.0,
-        }
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    dot_scalar(ty, row, x)
+/// Formats with an integer dot product: the blocks of 32 and the K-quants.
+pub fn has_int_dot(ty: GgmlType) -> bool {
+    format(ty).is_some()
+}
+
+/// `row · x` for a row of `ty` blocks (`has_int_dot(ty)`; else 0), the fastest way
+/// this build has (`pippin_cpu_kernels::fastest`).
+pub fn dot(ty: GgmlType, row: &[u8], x: Acts) -> f32 {
+    format(ty).map_or(0.0, |f| fastest::dot(f, row, x))
+}
+
+/// `row · x` in plain loops (the reference of the SIMD versions).
+pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Acts) -> f32 {
+    format(ty).map_or(0.0, |f| fastest::plain_dot(f, row, x))
 }
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
 /// with SIMD each block of 32 is unpacked once for four tokens (prefill, a
 /// speculative check; `x` made `with_lanes`). Each token's sum is `dot`'s, bit for
 /// bit: the same products added in the same order (speculative decoding relies on it).
-pub fn dots(ty: GgmlType, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let (true, true, Some(b)) = (out.len() > 1, !x.d4.is_empty(), simd_block(ty)) {
-        return pippin_cpu_kernels::simd::blocks::dots(b, row, x.acts(), x.lanes(), cols, out);
-    }
-    for (t, o) in out.iter_mut().enumerate() {
-        *o = dot(ty, row, x.row(t, cols));
-    }
+pub fn dots(f: Format, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
+    fastest::dots(f, row, x.acts(), x.lanes(), cols, out)
 }
 
-/// Whether `dots` reads `ty`'s activations by groups of four tokens (`with_lanes`):
-/// the SIMD blocks of 32 only (K-quants and the plain loops take tokens one by one).
-pub fn wants_lanes(ty: GgmlType) -> bool {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return simd_block(ty).is_some();
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    {
-        let _ = ty;
-        false
-    }
-}
-
-/// The blocks of 32 with a SIMD128 dot product (`pippin-cpu-kernels`): all of them.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn simd_block(ty: GgmlType) -> Option<pippin_cpu_kernels::simd::blocks::Block> {
-    use pippin_cpu_kernels::simd::blocks::Block;
-    Some(match ty {
-        GgmlType::Q4_0 => Block::Q4_0,
-        GgmlType::Q4_1 => Block::Q4_1,
-        GgmlType::Q8_0 => Block::Q8_0,
-        GgmlType::Q5_0 => Block::Q5_0,
-        GgmlType::Q5_1 => Block::Q5_1,
-        GgmlType::Iq4Nl => Block::Iq4Nl(&crate::quant::dequant::IQ4_NL_LEVELS),
-        _ => return None,
-    })
-}
-
-/// `row · x` in plain loops (the reference of the SIMD versions).
-pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Row) -> f32 {
-    use pippin_cpu_kernels::dots;
-    let acts = x.acts();
-    if let Some(k) = kquant(ty) {
-        return pippin_cpu_kernels::kquants::dot(k, row, acts);
-    }
-    match ty {
-        GgmlType::Q4_0 => dots::q4_0(row, acts),
-        GgmlType::Q4_1 => dots::q4_1(row, acts),
-        GgmlType::Q5_0 => dots::q5_0(row, acts),
-        GgmlType::Q5_1 => dots::q5_1(row, acts),
-        GgmlType::Q8_0 => dots::q8_0(row, acts),
-        GgmlType::Iq4Nl => dots::iq4_nl(row, acts),
-        _ => 0.0,
-    }
+/// Whether `dots` reads `f`'s activations by groups of four tokens (`with_lanes`).
+pub fn wants_lanes(f: Format) -> bool {
+    fastest::wants_lanes(f)
 }
 
 /// `row · x` for a palettized row (`bits`-bit indices packed in `words`) into the
 /// table `lv`, in integers (`pippin_cpu_kernels::palette`).
-pub fn palette(bits: u32, words: &[u32], lv: &Levels, x: Row) -> f32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        pippin_cpu_kernels::simd::palette::dot(bits, words, lv, x.acts())
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    palette_scalar(bits, words, lv, x)
+pub fn palette(bits: u32, words: &[u32], lv: &Levels, x: Acts) -> f32 {
+    fastest::palette(bits, words, lv, x)
 }
 
 /// `palette` in plain loops (the reference of the SIMD version).
-pub fn palette_scalar(bits: u32, words: &[u32], lv: &Levels, x: Row) -> f32 {
-    pippin_cpu_kernels::palette::dot(bits, words, lv, x.acts())
+pub fn palette_scalar(bits: u32, words: &[u32], lv: &Levels, x: Acts) -> f32 {
+    pippin_cpu_kernels::palette::dot(bits, words, lv, x)
 }
 
 /// f32 dot product (vectorized by LLVM natively, SIMD128 in wasm).
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    crate::model::reference::dot(a, b)
+    fastest::dot_f32(a, b)
 }
 
 #[cfg(test)]

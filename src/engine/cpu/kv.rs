@@ -9,6 +9,7 @@ use crate::model::short_conv::ConvState;
 use crate::model::{Config, KvCache};
 use crate::par::*;
 use crate::quant::kv::KvFormat;
+use pippin_cpu_kernels::fastest::{axpy8, dot8};
 
 /// One layer's keys and values, `[position][kv head][head dim]`, and their scales
 /// `[position][kv head]`.
@@ -40,26 +41,6 @@ fn quantize(x: &[f32], head_dim: usize, q: &mut Vec<i8>, scales: &mut Vec<f32>) 
         q.extend(head.iter().map(|v| (v * id).round_ties_even() as i8));
         scales.push(d);
     }
-}
-
-/// `Σ a·b` for f32 `a` and int8 `b`.
-fn dot8(a: &[f32], b: &[i8]) -> f32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        pippin_cpu_kernels::simd::int8::dot8(a, b)
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    {
-        a.iter().zip(b).map(|(x, &y)| x * y as f32).sum()
-    }
-}
-
-/// `y += w·x` for int8 `x`.
-fn axpy8(y: &mut [f32], w: f32, x: &[i8]) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    pippin_cpu_kernels::simd::int8::axpy8(y, w, x);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    y.iter_mut().zip(x).for_each(|(a, &b)| *a += w * b as f32);
 }
 
 impl Int8Kv {

@@ -5,7 +5,7 @@
 //! and palettes only for one token), the others decode a row to f32 and take f32 dot
 //! products.
 
-use super::dot::{self, Q16};
+use super::dot::{self, Format, Q16};
 use super::team::{self, Job, Remote, Slice, Team};
 use crate::error::{Error, Result};
 use crate::model::Linear;
@@ -224,21 +224,24 @@ impl QMatrix {
     fn apply_transposed(&self, x: &[f32], t: usize) -> Vec<f32> {
         let mut yt = vec![0f32; self.held() * t];
         let tokenwise = t <= TOKENWISE;
-        let q16 = match &self.storage {
+        // The integer kernel, chosen once per matrix (not per row).
+        let format = match &self.storage {
+            Storage::Ggml { ty, .. } => dot::format(*ty),
+            _ => None,
+        };
+        let q16 = match (&self.storage, format) {
             // K-quants: integers for a few tokens; a prefill chunk decodes each row to
             // f32 once for all its tokens, which measured faster (Chromium, ~3B Q4_K_M,
             // 128-token prompt: 1.9 tok/s against 1.2 with integer tiles of 8 tokens).
             // Palettes likewise: a look-up per index and token, or one per index.
-            Storage::Ggml { ty, .. }
-                if dot::has_int_dot(*ty) && (tokenwise || !dot::is_kquant(*ty)) =>
-            {
+            (Storage::Ggml { .. }, Some(f)) if tokenwise || !matches!(f, Format::K(_)) => {
                 let q = Q16::quantize(x);
-                Some(match t > 1 && dot::wants_lanes(*ty) {
+                Some(match t > 1 && dot::wants_lanes(f) {
                     true => q.with_lanes(self.cols),
                     false => q,
                 })
             }
-            Storage::Palette { .. } if tokenwise => Some(Q16::quantize(x)),
+            (Storage::Palette { .. }, _) if tokenwise => Some(Q16::quantize(x)),
             _ => None,
         };
         let cols = self.cols;
@@ -246,20 +249,19 @@ impl QMatrix {
             .enumerate()
             .for_each(|(task, out)| {
                 let r0 = task * ROWS_PER_TASK;
-                match (&self.storage, &q16) {
+                match (&self.storage, &q16, format) {
                     (
                         Storage::Ggml {
-                            ty,
-                            data,
-                            row_bytes,
+                            data, row_bytes, ..
                         },
                         Some(q),
+                        Some(f),
                     ) => {
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {
                             let row = &data[(r0 + i) * row_bytes..][..*row_bytes];
                             // Each token's sum is the one-token kernel's, bit for bit
                             // (a verified step's logits are one-token steps').
-                            dot::dots(*ty, row, q, cols, o);
+                            dot::dots(f, row, q, cols, o);
                         }
                     }
                     (
@@ -271,6 +273,7 @@ impl QMatrix {
                             ..
                         },
                         Some(q),
+                        _,
                     ) => {
                         let n = palette::row_words(*bits, cols);
                         for (i, o) in out.chunks_exact_mut(t).enumerate() {

@@ -195,7 +195,7 @@ impl GpuSession {
     fn encode_attention(&self, at: LayerAt, pass: &mut Pass, pos0: usize) -> Result<()> {
         let LayerAt { m, l, lora, n } = at;
         let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
-        let (qd, kd, step, kv) = (c.q_dim(), c.kv_dim(), &b.step, self.opts.kv);
+        let (qd, kd, kv) = (c.q_dim(), c.kv_dim(), self.opts.kv);
         let stride = qd + 2 * kd;
         let loras: Vec<_> = [(Proj::Q, 0), (Proj::K, qd), (Proj::V, qd + kd)]
             .into_iter()
@@ -229,7 +229,6 @@ impl GpuSession {
         let (rotate, cache, qk_norm) = (block.rope.is_some(), &self.cache[l], w.qk_norm.as_ref());
         let (qkv, att) = (&b.qkv, &b.att);
         let cache = attention::CacheIo {
-            step,
             c,
             format: kv,
             qkv,

@@ -1,0 +1,108 @@
+//! The fastest loop of each kind this build has: wasm SIMD128 where it is compiled in
+//! (the npm package's build), the plain loops elsewhere (their reference). The one
+//! place that asks where it runs, so the engine never does; `#[inline]` so that
+//! natively these vanish into the caller's loop, as the engine's own loops had.
+
+use crate::kquants::KQuant;
+use crate::{dots, kquants, Acts, Lanes};
+
+/// A weight format with an integer dot product (16-bit activations): GGML's blocks
+/// of 32 and the K-quants' super-blocks of 256.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Iq4Nl,
+    K(KQuant),
+}
+
+/// `row · x` in plain loops, on every target: the reference of the SIMD versions.
+pub fn plain_dot(f: Format, row: &[u8], x: Acts) -> f32 {
+    match f {
+        Format::Q4_0 => dots::q4_0(row, x),
+        Format::Q4_1 => dots::q4_1(row, x),
+        Format::Q5_0 => dots::q5_0(row, x),
+        Format::Q5_1 => dots::q5_1(row, x),
+        Format::Q8_0 => dots::q8_0(row, x),
+        Format::Iq4Nl => dots::iq4_nl(row, x),
+        Format::K(k) => kquants::dot(k, row, x),
+    }
+}
+
+/// `row · x` for one token's activations.
+#[inline]
+pub fn dot(f: Format, row: &[u8], x: Acts) -> f32 {
+    // With SIMD128 every format has a SIMD kernel: the plain loops are not linked in.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return match (f, simd::block(f)) {
+        (_, Some(b)) => crate::simd::blocks::dot(b, row, x),
+        (Format::K(k), None) => crate::simd::kquants::dot(k, row, x),
+        _ => unreachable!("every format but the K-quants is a SIMD block"),
+    };
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    plain_dot(f, row, x)
+}
+
+/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
+/// with SIMD each block of 32 is unpacked once for four tokens (when `lanes` holds
+/// `x`'s scales by fours: `wants_lanes`). Each token's sum is `dot`'s, bit for bit
+/// (the same products added in the same order; speculative decoding relies on it).
+#[inline]
+pub fn dots(f: Format, row: &[u8], x: Acts, lanes: Lanes, cols: usize, out: &mut [f32]) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let (true, false, Some(b)) = (out.len() > 1, lanes.d.is_empty(), simd::block(f)) {
+        return crate::simd::blocks::dots(b, row, x, lanes, cols, out);
+    }
+    let _ = lanes;
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = dot(f, row, x.token(t, cols));
+    }
+}
+
+/// Whether `dots` reads `f`'s activations by groups of four tokens (`crate::lanes`):
+/// the SIMD blocks of 32 only (K-quants and the plain loops take tokens one by one).
+#[inline]
+pub fn wants_lanes(f: Format) -> bool {
+    cfg!(all(target_arch = "wasm32", target_feature = "simd128")) && !matches!(f, Format::K(_))
+}
+
+// The loops with one signature on every target: the module this build has.
+/// `palette(bits, words, lv, x)`: `row · x` for a palettized row (`bits`-bit indices
+/// packed in `words`) into the table `lv`, in integers.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use crate::simd::palette::dot as palette;
+/// `dot_f32(a, b)` = `Σ a·b`; `axpy_f32(y, a, x)`: `y += a·x`; `dot8` and `axpy8` the
+/// same for int8 `b` / `x`.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use crate::simd::{
+    f32::{axpy as axpy_f32, dot as dot_f32},
+    int8::{axpy8, dot8},
+};
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+pub use crate::{
+    floats::{axpy as axpy_f32, axpy8, dot as dot_f32, dot8},
+    palette::dot as palette,
+};
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd {
+    use super::Format;
+    use crate::simd::blocks::Block;
+
+    /// The blocks of 32 as the SIMD kernels name them (all but the K-quants).
+    #[inline]
+    pub fn block(f: Format) -> Option<Block> {
+        Some(match f {
+            Format::Q4_0 => Block::Q4_0,
+            Format::Q4_1 => Block::Q4_1,
+            Format::Q5_0 => Block::Q5_0,
+            Format::Q5_1 => Block::Q5_1,
+            Format::Q8_0 => Block::Q8_0,
+            Format::Iq4Nl => Block::Iq4Nl(&crate::ggml::IQ4_NL_LEVELS),
+            Format::K(_) => return None,
+        })
+    }
+}
