@@ -8,6 +8,7 @@
 //! `zip` stops at the shorter slice; neither is used here.
 
 mod attention;
+pub mod kernels;
 pub mod synthetic;
 #[cfg(not(target_arch = "wasm32"))]
 mod team;

@@ -13,6 +13,8 @@ use pippin::model::Activation;
 use pippin::quant::gpu_layout::{pack, pack_palette, Packed};
 use pippin::quant::palette::palettize;
 use pippin::quant::{dequantize, encode, GgmlType};
+use pippin::testing::kernels::matmul::{self as matmul_case, io_with};
+use pollster::block_on;
 
 /// A weight format: a GGUF type, or a palette (bits, rows per table).
 #[derive(Clone, Copy, Debug)]
@@ -70,46 +72,6 @@ fn encode_as(ty: GgmlType, w: &[f32]) -> Vec<u8> {
     }
 }
 
-/// Runs y = W·x for `t` tokens on the GPU (accumulating onto `y0` when given) and
-/// compares with the CPU on the dequantized weights.
-/// The product's multiplier the tests give a matmul: the residual add (Granite's
-/// residual scale) is checked with one that is not 1, the plain product with 1.
-/// The epilogue each case asks of the kernel, (scale, soft-cap): accumulating cases
-/// scale the product (Granite's residual multiplier), the others soft-cap it (Gemma
-/// 2's final logits; a cap of 3 bends most of these products).
-fn epilogue(accumulate: bool) -> (f32, f32) {
-    if accumulate {
-        (0.75, 0.0)
-    } else {
-        (1.0, 3.0)
-    }
-}
-
-/// `x` (rows of `xs`) times a matrix into `y` (rows of `ys`) with a case's epilogue.
-fn io_with<'a>(
-    accumulate: bool,
-    x: (&'a wgpu::Buffer, usize),
-    y: (&'a wgpu::Buffer, usize),
-) -> Io<'a> {
-    let (scale, cap) = epilogue(accumulate);
-    Io {
-        accumulate,
-        scale,
-        cap,
-        ..Io::new(x, y)
-    }
-}
-
-/// What the kernel should have written over `y0`.
-fn expected(mut want: Vec<f32>, y0: &[f32], accumulate: bool) -> Vec<f32> {
-    let (scale, cap) = epilogue(accumulate);
-    for (a, b) in want.iter_mut().zip(y0) {
-        let v = reference::softcap(scale * *a, cap);
-        *a = if accumulate { v + b } else { v };
-    }
-    want
-}
-
 fn check(ty: Kind, rows: usize, cols: usize, t: usize, split_bytes: Option<u64>, accumulate: bool) {
     check_on(ctx(), &ctx().k, ty, rows, cols, t, split_bytes, accumulate)
 }
@@ -135,24 +97,15 @@ fn check_on(
     if split_bytes.is_some() {
         assert!(m.parts.len() > 1, "the matrix should be split");
     }
-    let x = values(t * cols, 7);
-    let y0 = values(t * rows, 9);
-    let (xb, yb) = (c.buf(&x), c.buf(&y0));
-    let step = c.step(t, 0);
-    c.run_on(kernels, &step, |pass| {
-        let io = io_with(accumulate, (&xb, cols), (&yb, rows));
-        matmul::matmul(pass, &m, &io, t).unwrap();
-    });
-    let got = c.read(&yb, t * rows);
-    let product = reference::matmul(&x, &wq, cols);
-    // The tolerance follows the product's size: the cap shrinks errors, never grows them.
-    let scale = product.iter().chain(&y0).fold(1f32, |m, v| m.max(v.abs()));
-    let want = expected(product, &y0, accumulate);
-    let d = max_diff(&got, &want);
-    assert!(
-        d <= 2e-5 * scale * (cols as f32).sqrt(),
-        "{ty:?} {rows}x{cols} t={t}: max diff {d}"
-    );
+    let what = format!("{ty:?}");
+    block_on(matmul_case::product(
+        c,
+        kernels,
+        (&m, &wq),
+        t,
+        accumulate,
+        &what,
+    ));
 }
 
 #[test]
@@ -522,33 +475,11 @@ fn check_norm_gemv(
         Some(b) => GpuMatrix::from_packed_split(&c.gpu, "w", packed, w_rows, cols, b).unwrap(),
         None => GpuMatrix::from_packed(&c.gpu, "w", packed, w_rows, cols).unwrap(),
     };
-    // Inputs of a residual stream's size (norm >> 1) and norm weights around 1.
-    let x: Vec<f32> = values(cols, 21).iter().map(|v| v * 40.0).collect();
-    let g: Vec<f32> = values(cols, 22).iter().map(|v| 1.0 + v * 0.5).collect();
-    let y0 = values(rows, 23);
-    let (xb, gb, yb, nb) = (c.buf(&x), c.buf(&g), c.buf(&y0), c.zeros(cols));
-    let step = c.step(1, 0);
-    let eps = 1e-6;
-    c.run_on(kernels, &step, |pass| {
-        let io = io_with(accumulate, (&xb, cols), (&yb, rows));
-        let norm = NormIn::new(&gb, eps, glu, &nb);
-        matmul::norm_gemv(pass, &m, &io, &norm, 1).unwrap();
-    });
-    let xn = reference::rmsnorm(&x, &g, eps);
-    let dn = max_diff(&c.read(&nb, cols), &xn);
-    assert!(dn < 1e-4, "{ty:?} normed x: {dn}");
-    let full = reference::matmul(&xn, &wq, cols);
-    let product = match glu {
-        Some(act) => reference::glu(act, &full[..rows], &full[rows..]),
-        None => full,
-    };
-    let scale = product.iter().chain(&y0).fold(1f32, |m, v| m.max(v.abs()));
-    let want = expected(product, &y0, accumulate);
-    let d = max_diff(&c.read(&yb, rows), &want);
-    assert!(
-        d <= 4e-5 * scale * (cols as f32).sqrt(),
-        "{ty:?} {rows}x{cols} glu {glu:?} accumulate {accumulate}: {d}"
-    );
+    let what = format!("{ty:?}");
+    let m = (&m, &wq[..]);
+    block_on(matmul_case::norm_product(
+        c, kernels, m, glu, accumulate, &what,
+    ));
 }
 
 #[test]

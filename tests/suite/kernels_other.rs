@@ -6,16 +6,16 @@
 use crate::common;
 
 use common::gpu::{ctx, max_diff, values};
-use pippin::kernels::attention::CacheIo;
 use pippin::kernels::elementwise::NormOut;
-use pippin::kernels::short_conv::{self, ConvIo};
 use pippin::kernels::{attention, elementwise, sample};
-use pippin::model::reference::{self, AttnShape};
-use pippin::model::short_conv::ConvState;
+use pippin::model::reference;
 use pippin::model::{Activation, Arch, Config, RopeStyle};
-use pippin::quant::kv::{round_trip, KvFormat};
+use pippin::quant::kv::KvFormat;
 use pippin::sampler::{Sampler, SamplerOptions};
 use pippin::testing::assert_close;
+use pippin::testing::kernels::attention::{self as cases, Case};
+use pippin::testing::kernels::{self, sample as picks};
+use pollster::block_on;
 
 fn config(
     n_heads: usize,
@@ -204,41 +204,13 @@ fn bias_add_onto_rows_awkward_widths() {
 /// 2 to 8 taps, starting at position 0 (zeros before it).
 #[test]
 fn short_conv_steps_over_a_ring_state() {
-    let c = ctx();
-    for (hidden, stride, taps, slots) in [
+    for shape in [
         (1, 3, 2, 2),
         (70, 215, 3, 3),
         (130, 390, 8, 9),
         (64, 192, 3, 67),
     ] {
-        let tap_w = values(hidden * taps, 11);
-        let (tb, state) = (c.buf(&tap_w), c.zeros(slots * hidden));
-        let mut want_state = ConvState::new(1);
-        let mut pos0 = 0;
-        for (i, n) in [5, 1, 1, 13, 1, 2].into_iter().enumerate() {
-            let bcx = values(n * stride, 20 + i as u64);
-            let (bb, yb) = (c.buf(&bcx), c.zeros(n * hidden));
-            let step = c.step(n, pos0);
-            let io = ConvIo {
-                bcx: &bb,
-                stride,
-                taps: &tb,
-                state: &state,
-                slots,
-                y: &yb,
-            };
-            c.run(&step, |p| {
-                short_conv::short_conv(p, hidden, taps, &io).unwrap()
-            });
-            let want = want_state.gated(0, pos0, &bcx, stride, &tap_w, taps);
-            assert_close(
-                &format!("hidden {hidden} taps {taps} slots {slots} step {i}"),
-                &c.read(&yb, n * hidden),
-                &want,
-                1e-5,
-            );
-            pos0 += n;
-        }
+        block_on(kernels::short_conv(ctx(), shape, &[5, 1, 1, 13, 1, 2]));
     }
 }
 
@@ -249,6 +221,18 @@ fn attention_case(
     t: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     windowed_attention_case(cfg, format, kv_len, t, 0)
+}
+
+/// A case whose prefix goes in chunks of 64 (a windowed cache: a ring of window + 64
+/// slots), as the engine's prefill chunks.
+fn engine_case(cfg: &Config, format: KvFormat, kv_len: usize, window: usize) -> Case<'_> {
+    Case {
+        cfg,
+        format,
+        kv_len,
+        window,
+        chunk: 64,
+    }
 }
 
 /// Writes `kv_len` tokens of K/V through kv_write, then runs attention for the last
@@ -262,72 +246,8 @@ fn windowed_attention_case(
     t: usize,
     window: usize,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let c = ctx();
-    let stride = cfg.q_dim() + 2 * cfg.kv_dim();
-    let qkv = values(kv_len * stride, (kv_len * 7 + t) as u64);
-    let cache =
-        attention::LayerCache::with_window(&c.gpu, cfg, format, kv_len, window, 64).unwrap();
-    if window > 0 && kv_len > window + 64 {
-        assert!(cache.slots < kv_len, "the ring must wrap in this case");
-    }
-    let (qkv_b, out) = (c.buf(&qkv), c.zeros(t * cfg.q_dim()));
-    // The prefix in chunks of at most 64 (a ring slot is written once per dispatch),
-    // then the new tokens, as the engine does.
-    let prefix = kv_len - t;
-    let mut steps: Vec<(usize, usize)> = (0..prefix)
-        .step_by(64)
-        .map(|p0| ((prefix - p0).min(64), p0))
-        .collect();
-    steps.push((t, prefix));
-    for (n, pos0) in steps {
-        let rows = c.buf(&qkv[pos0 * stride..(pos0 + n) * stride]);
-        let step = c.step(n, pos0);
-        c.run(&step, |p| {
-            attention::kv_write(p, &CacheIo::new(cfg, format, &rows, &cache), n).unwrap()
-        });
-    }
-    let q_rows = c.buf(&qkv[prefix * stride..]);
-    let step = c.step(t, prefix);
-    let part = c.zeros(cfg.n_heads * kv_len.div_ceil(64) * (cfg.head_dim + 2));
-    c.run(&step, |p| {
-        if t == 1 {
-            attention::decode(
-                p,
-                &CacheIo::new(cfg, format, &q_rows, &cache),
-                &part,
-                &out,
-                kv_len,
-            )
-            .unwrap()
-        } else {
-            attention::prefill(p, &CacheIo::new(cfg, format, &q_rows, &cache), &out, t).unwrap()
-        }
-    });
-    let _ = &qkv_b;
-    let got = c.read(&out, t * cfg.q_dim());
-    let split = |round: bool| {
-        let (mut q, mut k, mut v) = (vec![], vec![], vec![]);
-        for (i, row) in qkv.chunks(stride).enumerate() {
-            if i >= prefix {
-                q.extend_from_slice(&row[..cfg.q_dim()]);
-            }
-            for (dst, part) in [
-                (&mut k, &row[cfg.q_dim()..cfg.q_dim() + cfg.kv_dim()]),
-                (&mut v, &row[cfg.q_dim() + cfg.kv_dim()..]),
-            ] {
-                for head in part.chunks(cfg.head_dim) {
-                    dst.extend(if round {
-                        round_trip(format, head)
-                    } else {
-                        head.to_vec()
-                    });
-                }
-            }
-        }
-        let s = AttnShape::of(cfg, window);
-        reference::attention(&q, &k, &v, kv_len, s)
-    };
-    (got, split(true), split(false))
+    let a = engine_case(cfg, format, kv_len, window);
+    block_on(cases::decode_or_prefill(ctx(), a, t))
 }
 
 #[test]
@@ -391,11 +311,9 @@ fn sliding_window_attention_over_a_ring_cache() {
     }
 }
 
-/// One-pass decode attention (`attention_decode_fused.wgsl`): the new token's row is
-/// raw; the kernel norms (QK-norm) and rotates its q and k, writes k and v into the
-/// cache and attends. The CPU does the same with the reference functions; the prefix
-/// is written rotated by `kv_write`, in chunks of 64 as the engine does. Returns
-/// (gpu, cpu on the round-tripped cache).
+/// The last of `kv_len` tokens in one dispatch (`attention_decode_fused.wgsl`), the
+/// prefix written in chunks of 64 as the engine does: (gpu, cpu on the round-tripped
+/// cache).
 fn fused_decode_case(
     cfg: &Config,
     format: KvFormat,
@@ -404,72 +322,8 @@ fn fused_decode_case(
     qk_norm: bool,
     rotate: bool,
 ) -> (Vec<f32>, Vec<f32>) {
-    let c = ctx();
-    let (qd, kd, hd) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-    let stride = qd + 2 * kd;
-    let raw = values(kv_len * stride, (kv_len * 13 + hd) as u64);
-    let (qn, kn) = (values(hd, 5), values(hd, 6));
-    let freqs = cfg.rope_freqs(None, 0);
-    // A layer without RoPE (SmolLM3's NoPE layers) rotates nothing.
-    let rotated = if rotate { &freqs[..] } else { &[] };
-    // Every row normalized and rotated, as the reference model computes them.
-    let mut rows = raw.clone();
-    for (pos, row) in rows.chunks_mut(stride).enumerate() {
-        for (part, w) in [(0..qd, &qn), (qd..qd + kd, &kn)] {
-            let mut v = row[part.clone()].to_vec();
-            if qk_norm {
-                v = reference::rmsnorm(&v, w, cfg.rms_eps);
-            }
-            let len = v.len();
-            reference::rope(
-                &mut v,
-                len,
-                hd,
-                cfg.rope_style,
-                rotated,
-                pos,
-                cfg.rope_mscale,
-            );
-            row[part].copy_from_slice(&v);
-        }
-    }
-    let cache =
-        attention::LayerCache::with_window(&c.gpu, cfg, format, kv_len, window, 64).unwrap();
-    let prefix = kv_len - 1;
-    for pos0 in (0..prefix).step_by(64) {
-        let n = (prefix - pos0).min(64);
-        let b = c.buf(&rows[pos0 * stride..(pos0 + n) * stride]);
-        let step = c.step(n, pos0);
-        c.run(&step, |p| {
-            attention::kv_write(p, &CacheIo::new(cfg, format, &b, &cache), n).unwrap()
-        });
-    }
-    let table = c.buf(&elementwise::rope_table(cfg, &freqs, kv_len));
-    let (last, norms) = (c.buf(&raw[prefix * stride..]), c.buf(&[qn, kn].concat()));
-    let out = c.zeros(qd);
-    let step = c.step(1, prefix);
-    c.run(&step, |p| {
-        let qk = qk_norm.then_some(&norms);
-        let (t, r) = (&table, rotate);
-        attention::decode_fused(
-            p,
-            &CacheIo::new(cfg, format, &last, &cache),
-            (t, r),
-            qk,
-            &out,
-        )
-        .unwrap()
-    });
-    let got = c.read(&out, qd);
-    let (mut k, mut v) = (vec![], vec![]);
-    for row in rows.chunks(stride) {
-        for (dst, part) in [(&mut k, &row[qd..qd + kd]), (&mut v, &row[qd + kd..])] {
-            dst.extend(part.chunks(hd).flat_map(|h| round_trip(format, h)));
-        }
-    }
-    let s = AttnShape::of(cfg, window);
-    let q = &rows[prefix * stride..][..qd];
-    (got, reference::attention(q, &k, &v, kv_len, s))
+    let a = engine_case(cfg, format, kv_len, window);
+    block_on(cases::one_pass_decode(ctx(), a, qk_norm, rotate))
 }
 
 #[test]
@@ -625,7 +479,6 @@ fn quantized_kv_cache_formats() {
 
 #[test]
 fn topk_and_argmax_with_ties_and_odd_sizes() {
-    let c = ctx();
     for (vocab, kk) in [
         (5, 1),
         (1000, 5),
@@ -637,26 +490,8 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
         let mut logits = values(vocab, vocab as u64);
         logits[vocab / 2] = 2.0; // a tie: the smaller id ranks first
         logits[vocab - 1] = 2.0;
-        let top = sample::TopK::new(&c.gpu, vocab).unwrap();
-        let lb = c.buf(&logits);
-        // The count is a uniform: one pair of pipelines serves every k.
-        let step = c.gpu.uniform(
-            "step",
-            bytemuck::bytes_of(&pippin::kernels::Step {
-                top_k: kk as u32,
-                ..pippin::kernels::Step::new(1, 0)
-            }),
-        );
-        c.run(&step, |p| top.encode(p, &lb).unwrap());
-        let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
-        let got = sample::decode_pairs(&bytes, vocab);
-        let mut want: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
-        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        want.truncate(kk);
+        let (got, want) = block_on(picks::top_k(ctx(), &logits, kk, None));
+        assert_eq!(want.len(), kk.min(vocab));
         assert_eq!(got, want, "vocab {vocab} k {kk}");
     }
 }
@@ -666,41 +501,21 @@ fn topk_and_argmax_with_ties_and_odd_sizes() {
 /// mask shorter than the vocabulary allows nothing past it.
 #[test]
 fn topk_keeps_only_masked_in_tokens() {
-    let c = ctx();
     for (vocab, kk, every, mask_len) in [
-        (49152, 1, 3, 49152),
+        (49152, 1, 3, 49152usize),
         (49152, 64, 7, 49152),
         (3000, 64, 500, 3000), // 6 allowed < k
         (1000, 5, 2, 900),     // the mask covers 900 tokens only
         (33, 64, 1, 33),
     ] {
         let logits = values(vocab, vocab as u64 + 7);
-        let allowed = |t: usize| t.is_multiple_of(every) && t < mask_len;
         let mut mask = vec![0u32; mask_len.div_ceil(32)];
-        for t in (0..mask_len).filter(|&t| allowed(t)) {
+        for t in (0..mask_len).filter(|&t| t.is_multiple_of(every)) {
             mask[t / 32] |= 1 << (t % 32);
         }
-        let top = sample::TopK::new(&c.gpu, vocab).unwrap();
-        top.write_mask(&c.gpu, &mask);
-        let lb = c.buf(&logits);
-        let step = c.gpu.uniform(
-            "step",
-            bytemuck::bytes_of(&pippin::kernels::Step {
-                top_k: kk as u32,
-                masked: 1,
-                ..pippin::kernels::Step::new(1, 0)
-            }),
-        );
-        c.run(&step, |p| top.encode(p, &lb).unwrap());
-        let bytes = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
-        let got = sample::decode_pairs(&bytes, vocab);
-        let mut want: Vec<(u32, f32)> = (0..vocab)
-            .filter(|&t| allowed(t))
-            .map(|t| (t as u32, logits[t]))
-            .collect();
-        want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        want.truncate(kk);
-        assert!(!want.is_empty());
+        let (got, want) = block_on(picks::top_k(ctx(), &logits, kk, Some(&mask)));
+        let allowed = (0..mask_len).filter(|&t| t.is_multiple_of(every)).count();
+        assert_eq!(want.len(), kk.min(allowed));
         assert_eq!(got, want, "vocab {vocab} k {kk} every {every}");
     }
 }
@@ -740,11 +555,7 @@ fn penalty_matches_the_sampler() {
 /// their last bit).
 #[test]
 fn gpu_pick_matches_the_sampler() {
-    let c = ctx();
-    let vocab = 500;
-    let logits: Vec<f32> = values(vocab, 31).iter().map(|v| v * 4.0).collect();
-    let top = sample::TopK::new(&c.gpu, vocab).unwrap();
-    let (lb, tokens) = (c.buf(&logits), c.gpu.storage("tokens", 16).unwrap());
+    let logits: Vec<f32> = values(500, 31).iter().map(|v| v * 4.0).collect();
     let settings = [
         (0.0, 1.0, 0.0),
         (0.7, 1.0, 0.0),
@@ -753,52 +564,16 @@ fn gpu_pick_matches_the_sampler() {
         (0.9, 0.95, 0.05),
     ];
     let mut compared = 0;
-    for kk in [1, 8, 40, 64] {
+    for top_k in [1, 8, 40, 64] {
         for (temperature, top_p, min_p) in settings {
-            let sampler = Sampler::new(SamplerOptions {
+            let opts = SamplerOptions {
                 temperature,
-                top_k: kk,
+                top_k,
                 top_p,
                 min_p,
                 ..Default::default()
-            });
-            for i in 0..25 {
-                let u = i as f32 / 25.0 + 0.013;
-                let step = c.gpu.uniform(
-                    "step",
-                    bytemuck::bytes_of(&pippin::kernels::Step {
-                        top_k: kk as u32,
-                        temperature,
-                        top_p,
-                        min_p,
-                        u,
-                        ..pippin::kernels::Step::new(1, 0)
-                    }),
-                );
-                c.run(&step, |p| {
-                    top.encode(p, &lb).unwrap();
-                    top.choose(p, &tokens).unwrap();
-                });
-                let got = pollster::block_on(c.gpu.read(&tokens, 0, 4)).unwrap();
-                let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
-                let cands = pollster::block_on(c.gpu.read(&top.out, 0, (kk * 8) as u64)).unwrap();
-                let cands = sample::decode_pairs(&cands, vocab);
-                let want = if temperature == 0.0 {
-                    cands[0].0
-                } else {
-                    sampler.pick(cands.clone(), u)
-                };
-                let near = temperature > 0.0
-                    && (sampler.pick(cands.clone(), u - 1e-5) != want
-                        || sampler.pick(cands, u + 1e-5) != want);
-                if !near {
-                    assert_eq!(
-                        got, want,
-                        "k {kk} T {temperature} top-p {top_p} min-p {min_p} u {u}"
-                    );
-                    compared += 1;
-                }
-            }
+            };
+            compared += block_on(picks::pick(ctx(), &logits, opts, 25));
         }
     }
     assert!(compared > 450, "only {compared} draws compared");
