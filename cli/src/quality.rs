@@ -1,5 +1,6 @@
 //! `pippin convert` (palettization) and `pippin perplexity` (what it costs).
 
+use crate::recover::calibration_tokens;
 use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
@@ -74,6 +75,10 @@ pub struct ConvertArgs {
     /// Calibration text for --recover (default: --calibration). Never the evaluation text.
     #[arg(long, num_args = 1..)]
     recover_text: Vec<PathBuf>,
+    /// --recover: also this many samples of 128 tokens that the input model writes
+    /// itself from random first tokens (LLM-QAT's data-free calibration).
+    #[arg(long, default_value_t = 0)]
+    recover_generate: usize,
     /// --recover: LoRA rank.
     #[arg(long, default_value_t = 16)]
     rank: usize,
@@ -115,18 +120,11 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
     if a.recover {
         let mut files = a.recover_text.clone();
         files.extend(a.calibration.clone().filter(|_| a.recover_text.is_empty()));
-        if files.is_empty() {
-            return Err(Error::invalid(
-                "--recover needs calibration text (--recover-text or --calibration)",
-            ));
-        }
         let text = files
             .iter()
             .map(|p| read_text(p))
             .collect::<Result<Vec<_>>>()?
             .join("\n\n");
-        let (g, _) = Gguf::open(&a.input)?;
-        let tokens = Tokenizer::from_gguf(&g.metadata)?.encode_prompt(&text, false)?;
         let ro = recover::Options {
             rank: a.rank,
             alpha: a.rank as f32,
@@ -135,6 +133,7 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
             save_every: 0,
             ..Default::default()
         };
+        let tokens = calibration_tokens(&a.input, &text, a.recover_generate, &ro)?;
         let dir = a.output.with_extension("recovery");
         recover::convert_recovered(&a.input, &a.output, &opts, &ro, &tokens, &dir, &mut log)?;
     } else {

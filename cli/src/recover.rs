@@ -6,7 +6,7 @@ use pippin::model::Proj;
 use pippin::recover::{self, Options};
 use pippin::tokenizer::Tokenizer;
 use pippin::{Error, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct RecoverArgs {
@@ -19,8 +19,12 @@ pub struct RecoverArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Calibration text files (UTF-8), joined in order. Never the evaluation text.
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, num_args = 1..)]
     pub calibration: Vec<PathBuf>,
+    /// Also this many samples (of --seq-len tokens) that the source model writes
+    /// itself from random first tokens (LLM-QAT's data-free calibration).
+    #[arg(long, default_value_t = 0)]
+    pub generate: usize,
     /// LoRA rank (AFM: 16).
     #[arg(long, default_value_t = 16)]
     pub rank: usize,
@@ -97,10 +101,47 @@ impl RecoverArgs {
     }
 }
 
+/// The calibration tokens: `text` in `source`'s tokenizer, then `generate` samples of
+/// `opts.seq_len` tokens that `source` writes itself (seeded by `opts.seed`).
+pub fn calibration_tokens(
+    source: &Path,
+    text: &str,
+    generate: usize,
+    opts: &Options,
+) -> Result<Vec<u32>> {
+    if text.is_empty() && generate == 0 {
+        return Err(Error::invalid(
+            "recovery needs calibration: text files, or samples the model writes (--generate)",
+        ));
+    }
+    let (g, _) = Gguf::open(source)?;
+    let mut tokens = match text.is_empty() {
+        true => Vec::new(),
+        false => Tokenizer::from_gguf(&g.metadata)?.encode_prompt(text, false)?,
+    };
+    if generate > 0 {
+        let t0 = web_time::Instant::now();
+        let mut log = |i: usize, n: usize| {
+            if i.is_multiple_of(16) || i == n {
+                eprintln!("recover: the model wrote {i}/{n} samples");
+            }
+        };
+        let (len, seed) = (opts.seq_len, opts.seed);
+        let written =
+            pollster::block_on(recover::self_written(source, generate, len, seed, &mut log))?;
+        eprintln!(
+            "recover: {} tokens written by the model in {:.0} s",
+            written.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        tokens.extend(written);
+    }
+    Ok(tokens)
+}
+
 pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
     let opts = a.options()?;
-    let (g, _) = Gguf::open(&a.compressed)?;
-    let tokens = Tokenizer::from_gguf(&g.metadata)?.encode_prompt(&a.calibration_text()?, false)?;
+    let tokens = calibration_tokens(&a.source, &a.calibration_text()?, a.generate, &opts)?;
     let s = recover::recover(
         &a.source,
         &a.compressed,

@@ -13,6 +13,7 @@ mod embed;
 mod kl;
 mod lora;
 pub mod net;
+mod samples;
 
 use crate::adapters::{self, PeftSpec};
 use crate::error::{Error, Result};
@@ -23,6 +24,7 @@ use adam::Adam;
 pub use embed::{embed, embed_peft};
 use lora::Loras;
 use net::{ce, Net};
+pub use samples::self_written;
 use std::path::Path;
 use web_time::Instant;
 

@@ -551,3 +551,35 @@ mod default_model {
         std::fs::write(inside.with_extension("expected.json"), expected.to_string()).unwrap();
     }
 }
+
+/// Calibration the default model writes itself (`recover::self_written`): the same
+/// tokens for a seed, others for another; each sample starts at an ordinary token and
+/// takes the model's most likely tokens for four steps (checked against the CPU
+/// backend's logits over the sample), then samples.
+#[test]
+fn the_model_writes_its_own_calibration_deterministically() {
+    use pippin::engine::{Backend, Engine, Logits, SessionOptions, Want};
+    use pippin::sampler::argmax;
+    let model = crate::common::model_path();
+    let write = |seed| {
+        pollster::block_on(recover::self_written(&model, 3, 24, seed, &mut |_, _| {}))
+            .expect("samples")
+    };
+    let (a, b) = (write(7), write(7));
+    assert_eq!(a, b, "one seed, one text");
+    assert_ne!(a, write(8), "another seed, another text");
+    assert!(a.len() > 24 && a.len() <= 3 * 24, "{} tokens", a.len());
+    let mut e = pollster::block_on(Engine::load_file_cpu(&model, SessionOptions::default()))
+        .expect("the default model");
+    let text = e.tokenizer().decode(&a[..24], true).expect("decodes");
+    assert!(!text.trim().is_empty());
+    let mut backend = e.backend().expect("a backend");
+    for (i, &t) in a[..5].iter().enumerate() {
+        let Logits::Full(l) =
+            pollster::block_on(backend.forward(&[t], Want::logits())).expect("forward")
+        else {
+            unreachable!("the CPU backend gives full logits")
+        };
+        assert_eq!(argmax(&l) as u32, a[i + 1], "greedy step {i}");
+    }
+}
