@@ -33,6 +33,11 @@ pub async fn self_written(
     let mut engine = Engine::load_file_cpu(source, session).await?;
     let ordinary = ordinary_tokens(engine.tokenizer());
     let vocab = ordinary.len() as u32;
+    if !ordinary.contains(&true) {
+        return Err(Error::invalid(
+            "the model's vocabulary has no ordinary token to start a sample from",
+        ));
+    }
     let mut pick = Rng::new(seed);
     let mut out = Vec::with_capacity(n * len);
     let mut b = engine.backend()?;
