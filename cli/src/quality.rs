@@ -75,19 +75,32 @@ pub struct ConvertArgs {
     /// Calibration text for --recover (default: --calibration). Never the evaluation text.
     #[arg(long, num_args = 1..)]
     recover_text: Vec<PathBuf>,
-    /// --recover: also this many samples of 128 tokens that the input model writes
+    /// --recover: also this many samples of 512 tokens (a training sequence) that the input model writes
     /// itself from random first tokens (LLM-QAT's data-free calibration).
     #[arg(long, default_value_t = 0)]
     recover_generate: usize,
     /// --recover: LoRA rank.
     #[arg(long, default_value_t = 16)]
     rank: usize,
-    /// --recover: training steps (each 4 sequences of 128 tokens).
+    /// --recover: training steps (each one sequence of 512 tokens).
     #[arg(long, default_value_t = recover::Options::default().steps)]
     recover_steps: usize,
     /// --recover: peak learning rate.
     #[arg(long, default_value_t = recover::Options::default().lr)]
     recover_lr: f64,
+    /// --recover: leave the palettes' tables as k-means made them (by default they
+    /// are trained with the adapter and written into the file).
+    #[arg(long)]
+    recover_no_tables: bool,
+    /// --recover: the tables' peak learning rate.
+    #[arg(long, default_value_t = recover::Options::default().table_lr)]
+    recover_table_lr: f64,
+    /// --recover: leave the RMSNorm weights as they are (by default trained too).
+    #[arg(long)]
+    recover_no_norms: bool,
+    /// --recover: the norms' peak learning rate.
+    #[arg(long, default_value_t = recover::Options::default().norm_lr)]
+    recover_norm_lr: f64,
 }
 
 pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
@@ -130,6 +143,10 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
             alpha: a.rank as f32,
             steps: a.recover_steps,
             lr: a.recover_lr,
+            tables: !a.recover_no_tables,
+            table_lr: a.recover_table_lr,
+            norms: !a.recover_no_norms,
+            norm_lr: a.recover_norm_lr,
             save_every: 0,
             ..Default::default()
         };

@@ -31,7 +31,8 @@ pub struct RecoverArgs {
     /// lora_alpha (default: the rank, a scale of 1).
     #[arg(long)]
     pub alpha: Option<f32>,
-    /// Projections to adapt: "all", or Hugging Face names (q_proj,v_proj,...).
+    /// Projections to adapt: "all", "none" (with --tables or --norms: a refit
+    /// alone), or Hugging Face names (q_proj,v_proj,...).
     #[arg(long, default_value = "all", value_delimiter = ',')]
     pub modules: Vec<String>,
     #[arg(long, default_value_t = Options::default().steps)]
@@ -50,6 +51,21 @@ pub struct RecoverArgs {
     /// Save the adapter and the training state every N steps (0: at the end only).
     #[arg(long, default_value_t = 50)]
     pub save_every: usize,
+    /// Leave the palettes' tables as they are (by default they are trained with the
+    /// adapter, saved beside it as palette-refit.safetensors, and --gguf writes them
+    /// into the file: the adapter expects them).
+    #[arg(long)]
+    pub no_tables: bool,
+    /// The tables' peak learning rate.
+    #[arg(long, default_value_t = Options::default().table_lr)]
+    pub table_lr: f64,
+    /// Leave the RMSNorm weights as they are (by default trained, saved and written
+    /// as the tables are).
+    #[arg(long)]
+    pub no_norms: bool,
+    /// The norms' peak learning rate.
+    #[arg(long, default_value_t = Options::default().norm_lr)]
+    pub norm_lr: f64,
     /// Continue from the training state in --out.
     #[arg(long)]
     pub resume: bool,
@@ -63,6 +79,8 @@ impl RecoverArgs {
     pub fn options(&self) -> Result<Options> {
         let modules = if self.modules.iter().any(|m| m == "all") {
             Proj::ALL.to_vec()
+        } else if self.modules == ["none"] {
+            Vec::new()
         } else {
             self.modules
                 .iter()
@@ -84,6 +102,10 @@ impl RecoverArgs {
             lr: self.lr,
             seed: self.seed,
             save_every: self.save_every,
+            tables: !self.no_tables,
+            table_lr: self.table_lr,
+            norms: !self.no_norms,
+            norm_lr: self.norm_lr,
         })
     }
 
@@ -178,7 +200,11 @@ pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
             .source
             .file_name()
             .map_or(String::new(), |n| n.to_string_lossy().into());
-        let trained = format!("rank {}, {} steps", opts.rank, opts.steps);
+        let what = match opts.modules.is_empty() {
+            true => "no adapter".to_string(),
+            false => format!("rank {}", opts.rank),
+        };
+        let trained = format!("{what}, {} steps{}", opts.steps, opts.refit_words());
         let bytes = recover::embed_peft(&a.compressed, &a.out, &source, &trained, out)?;
         eprintln!(
             "recover: wrote {} ({:.1} MB)",

@@ -17,6 +17,10 @@ pub struct Adam {
     beta2: f64,
     eps: f64,
     decay: f64,
+    /// Each variable's group (the adapter, the tables, the norms): a group has its
+    /// own learning rate (a multiple of the step's) and its own gradient clipping.
+    group: Vec<usize>,
+    scale: Vec<f64>,
 }
 
 impl Adam {
@@ -38,7 +42,17 @@ impl Adam {
             beta2: 0.999,
             eps: 1e-8,
             decay: 0.0,
+            group: vec![0; vars.len()],
+            scale: vec![1.0],
         })
+    }
+
+    /// Variable `i` in group `group[i]`, whose learning rate is `scale[group]` times
+    /// the step's.
+    pub fn with_groups(mut self, group: Vec<usize>, scale: Vec<f64>) -> Adam {
+        debug_assert_eq!(group.len(), self.m.len());
+        (self.group, self.scale) = (group, scale);
+        self
     }
 
     /// One step at learning rate `lr` (variables without a gradient stay as they are),
@@ -48,23 +62,23 @@ impl Adam {
     /// than an ordinary one.
     pub fn update(&mut self, vars: &[&Var], grads: &GradStore, lr: f64) -> Result<()> {
         self.step += 1;
-        let mut sq = 0f64;
-        for var in vars {
+        let mut sq = vec![0f64; self.scale.len()];
+        for (var, &grp) in vars.iter().zip(&self.group) {
             if let Some(g) = grads.get(var.as_tensor()) {
-                sq += g
+                sq[grp] += g
                     .sqr()
                     .and_then(|s| s.sum_all())
                     .and_then(|s| s.to_scalar::<f32>())
                     .map_err(ce)? as f64;
             }
         }
-        if !sq.is_finite() {
+        if sq.iter().any(|s| !s.is_finite()) {
             return Err(crate::Error::Internal(format!(
                 "recover: the gradients are not finite at step {} (lower --lr)",
                 self.step
             )));
         }
-        let clip = (CLIP / sq.sqrt()).min(1.0);
+        let clip: Vec<f64> = sq.iter().map(|s| (CLIP / s.sqrt()).min(1.0)).collect();
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.step as i32);
         let c2 = 1.0 - b2.powi(self.step as i32);
@@ -72,7 +86,8 @@ impl Adam {
             let Some(g) = grads.get(var.as_tensor()) else {
                 continue;
             };
-            let g = &(g * clip).map_err(ce)?;
+            let grp = self.group[i];
+            let (g, lr) = (&(g * clip[grp]).map_err(ce)?, lr * self.scale[grp]);
             let mut run = || -> candle_core::Result<()> {
                 self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
                 self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;

@@ -4,12 +4,11 @@
 //! state made with other options.
 
 use super::adam::Adam;
-use super::lora::Loras;
 use super::net::ce;
 use super::Options;
 use crate::adapters::write::tensor;
 use crate::error::{Error, Result};
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 use safetensors::{serialize, SafeTensors};
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,7 +24,7 @@ fn shape_of(o: &Options, calibration: &[u32]) -> String {
         .with(&bytes)
         .value();
     format!(
-        "rank={} alpha={} modules={} batch={} seq_len={} lr={} seed={} steps={} tokens={} data={data:016x}",
+        "rank={} alpha={} modules={} batch={} seq_len={} lr={} seed={} steps={} tokens={} data={data:016x}{}",
         o.rank,
         o.alpha,
         modules.join(","),
@@ -34,12 +33,29 @@ fn shape_of(o: &Options, calibration: &[u32]) -> String {
         o.lr,
         o.seed,
         o.steps,
-        calibration.len()
+        calibration.len(),
+        refit_shape(o)
     )
 }
 
+/// The refit's options, only where one is on (states from before it stay valid).
+fn refit_shape(o: &Options) -> String {
+    let mut s = String::new();
+    if o.tables {
+        s += &format!(" tables={}", o.table_lr);
+    }
+    if o.norms {
+        s += &format!(" norms={}", o.norm_lr);
+    }
+    s
+}
+
+/// A variable's values as a `[rows][cols]` matrix (a vector, a norm's, as one row).
 fn values(t: &Tensor) -> Result<(Vec<f32>, usize, usize)> {
-    let (r, c) = t.dims2().map_err(ce)?;
+    let (r, c) = match t.dims() {
+        &[n] => (1, n),
+        _ => t.dims2().map_err(ce)?,
+    };
     Ok((t.flatten_all().and_then(|x| x.to_vec1()).map_err(ce)?, r, c))
 }
 
@@ -47,11 +63,11 @@ pub fn save(
     path: &Path,
     o: &Options,
     calibration: &[u32],
-    loras: &Loras,
+    vars: &[&Var],
     adam: &Adam,
 ) -> Result<()> {
     let mut named = Vec::new();
-    for (i, var) in loras.vars().into_iter().enumerate() {
+    for (i, var) in vars.iter().enumerate() {
         for (kind, t) in [("w", var.as_tensor()), ("m", &adam.m[i]), ("v", &adam.v[i])] {
             let (v, r, c) = values(t)?;
             named.push((format!("{kind}.{i}"), tensor(&v, r, c, false)));
@@ -74,7 +90,7 @@ pub fn load(
     path: &Path,
     o: &Options,
     calibration: &[u32],
-    loras: &Loras,
+    vars: &[&Var],
     adam: &mut Adam,
 ) -> Result<()> {
     let bad = |m: String| Error::invalid(format!("--resume: {}: {m}", path.display()));
@@ -97,7 +113,8 @@ pub fn load(
         let t = st
             .tensor(&name)
             .map_err(|_| bad(format!("{name} is missing")))?;
-        if t.shape() != like.dims() || t.dtype() != safetensors::Dtype::F32 {
+        let count: usize = t.shape().iter().product();
+        if count != like.elem_count() || t.dtype() != safetensors::Dtype::F32 {
             return Err(bad(format!("{name} has another shape")));
         }
         let v: Vec<f32> = t
@@ -107,7 +124,7 @@ pub fn load(
             .collect();
         Tensor::from_vec(v, like.shape(), &Device::Cpu).map_err(ce)
     };
-    for (i, var) in loras.vars().into_iter().enumerate() {
+    for (i, var) in vars.iter().enumerate() {
         var.set(&read(format!("w.{i}"), var.as_tensor())?)
             .map_err(ce)?;
         adam.m[i] = read(format!("m.{i}"), &adam.m[i])?;

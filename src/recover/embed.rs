@@ -2,6 +2,7 @@
 //! says the layout): every tensor and key of the model as it was (a previous
 //! recovery adapter's left out), the adapter's A and B in f16 and its keys.
 
+use super::refit::Replacements;
 use crate::adapters::{recovery, Adapter};
 use crate::convert::write_atomically;
 use crate::error::Result;
@@ -10,14 +11,18 @@ use crate::model::{Config, Proj};
 use crate::quant::GgmlType;
 use std::path::Path;
 
+/// The metadata key that says how a file's tables and norms were refit (`refit`).
+pub const REFIT: &str = "pippin.palette.refit";
+
 /// Writes `output`: `model` with `adapter` (as `adapters::parse` reads a PEFT folder:
-/// B scaled and in GGUF's row order) of `alpha`, `source` naming what it recovers.
+/// B scaled and in GGUF's row order) of its `alpha`, if any, and the `refit` tensors in
+/// place of the model's own; `source` names what it recovers, `trained` how.
 pub fn embed(
     model: &Path,
-    adapter: &Adapter,
-    alpha: f32,
+    adapter: Option<(&Adapter, f32)>,
     source: &str,
     trained: &str,
+    refit: &Replacements,
     output: &Path,
 ) -> Result<u64> {
     let (g, mut files) = open_model(model)?;
@@ -25,24 +30,52 @@ pub fn embed(
     let mut w = Writer::new();
     for (k, v) in g.metadata.iter() {
         // One file now: split keys describe the input's parts, not this file.
-        if !k.starts_with("pippin.recovery.") && !k.starts_with("split.") {
+        if !k.starts_with("pippin.recovery.") && !k.starts_with("split.") && k != REFIT {
             w.meta(k, v.clone());
         }
     }
-    w.meta(recovery::RANK, Value::U32(adapter.rank as u32));
-    w.meta(recovery::ALPHA, Value::F32(alpha));
-    w.meta(recovery::SOURCE, Value::Str(source.to_string()));
-    w.meta(recovery::TRAINED, Value::Str(trained.to_string()));
+    if let Some((adapter, alpha)) = adapter {
+        w.meta(recovery::RANK, Value::U32(adapter.rank as u32));
+        w.meta(recovery::ALPHA, Value::F32(alpha));
+        w.meta(recovery::SOURCE, Value::Str(source.to_string()));
+        w.meta(recovery::TRAINED, Value::Str(trained.to_string()));
+    }
+    if !refit.is_empty() {
+        w.meta(REFIT, Value::Str(format!("against {source}: {trained}")));
+    }
     for t in &g.tensors {
-        if recovery::parse_name(&t.name).is_none() {
-            let bytes = files.read_tensor_of(&g, t)?;
-            w.tensor(&t.name, &t.dims, t.ty, bytes)?;
+        if recovery::parse_name(&t.name).is_some() {
+            continue;
         }
+        let bytes = match refit.get(&t.name) {
+            Some(v) if v.len() as u64 == t.dims.iter().product::<u64>() => {
+                super::refit::encode(v, t.ty, &t.name)?
+            }
+            Some(v) => {
+                return Err(crate::Error::invalid(format!(
+                    "the refit {} has {} values; the model's tensor {:?}",
+                    t.name,
+                    v.len(),
+                    t.dims
+                )))
+            }
+            None => files.read_tensor_of(&g, t)?,
+        };
+        w.tensor(&t.name, &t.dims, t.ty, bytes)?;
+    }
+    if let Some(name) = refit.keys().find(|n| g.tensor(n).is_none()) {
+        return Err(crate::Error::invalid(format!(
+            "the refit names {name}, which {} does not have",
+            model.display()
+        )));
     }
     let f16 = |v: &[f32]| -> Vec<u8> {
         v.iter()
             .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
             .collect()
+    };
+    let Some((adapter, _)) = adapter else {
+        return write_atomically(&w, output);
     };
     let unscale = 1.0 / adapter.scale;
     for (layer, l) in adapter.layers.iter().enumerate() {
@@ -69,7 +102,8 @@ pub fn embed(
     write_atomically(&w, output)
 }
 
-/// `embed` with the adapter of a PEFT folder (as `recover` writes it).
+/// `embed` with what a `recover` folder holds: the PEFT adapter and the refit (either
+/// may be missing: a refit alone trains no adapter).
 pub fn embed_peft(
     model: &Path,
     dir: &Path,
@@ -79,6 +113,10 @@ pub fn embed_peft(
 ) -> Result<u64> {
     let (g, _) = crate::gguf::Gguf::open(model)?;
     let c = Config::from_gguf(&g)?;
+    let refit = super::refit::load(dir)?;
+    if !refit.is_empty() && !dir.join("adapter_model.safetensors").exists() {
+        return embed(model, None, source, trained, &refit, output);
+    }
     let read = |f: &str| {
         std::fs::read(dir.join(f)).map_err(|e| {
             crate::Error::invalid(format!("cannot read {}: {e}", dir.join(f).display()))
@@ -94,5 +132,12 @@ pub fn embed_peft(
     } else {
         cfg.lora_alpha
     };
-    embed(model, &adapter, alpha, source, trained, output)
+    embed(
+        model,
+        Some((&adapter, alpha)),
+        source,
+        trained,
+        &refit,
+        output,
+    )
 }

@@ -5,10 +5,12 @@
 //! against the reference's logits. Short-convolution layers (LFM2) are refused.
 
 use super::lora::Loras;
+use super::refit;
 use crate::error::{Error, Result};
 use crate::model::arch::Mixer;
+use crate::model::arch::{GlobalTensor, LayerTensor};
 use crate::model::{Activation, Config, Proj, RopeStyle, Weights};
-use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, Var, D};
 
 /// candle's errors are internal to training: they become `Error::Internal` with
 /// candle's message (shapes are ours, so one means a bug here).
@@ -59,7 +61,7 @@ pub(crate) fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> R<&
 /// `x · Wᵀ` over the last dimension of `x`, as one 2-D product: candle's batched
 /// `broadcast_matmul` copies a transposed right-hand side for every batch (the output
 /// head: 28 M floats a call).
-fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
+pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
     let dims = x.dims();
     let mut shape = dims.to_vec();
     *shape.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
@@ -68,9 +70,25 @@ fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
         .reshape(shape)
 }
 
+/// A projection's matrix: frozen, or palettized with trainable tables (`refit`).
+#[derive(Clone)]
+enum Matrix {
+    Frozen(Frozen),
+    Palette(refit::Indices, Tensor),
+}
+
+impl Matrix {
+    fn apply(&self, x: &Tensor) -> R<Tensor> {
+        match self {
+            Matrix::Frozen(w) => x.apply_op1(w.clone()),
+            Matrix::Palette(i, lut) => x.apply_op2(lut, refit::PaletteLinear(i.clone())),
+        }
+    }
+}
+
 struct Layer {
     attn_norm: Tensor,
-    proj: [Frozen; 7],
+    proj: [Matrix; 7],
     bias: Option<[Tensor; 3]>,
     qk_norm: Option<(Tensor, Tensor)>,
     post_attn_norm: Option<Tensor>,
@@ -113,9 +131,9 @@ impl Net {
             });
             let mut layers = Vec::with_capacity(c.n_layers);
             for l in &w.layers {
-                let m = |p: Proj| -> R<Frozen> {
+                let m = |p: Proj| -> R<Matrix> {
                     let (rows, cols) = p.shape(c);
-                    Ok(Frozen(matrix(p.of(l), rows, cols)?))
+                    Ok(Matrix::Frozen(Frozen(matrix(p.of(l), rows, cols)?)))
                 };
                 let opt = |v: &Option<Vec<f32>>| v.as_deref().map(vector).transpose();
                 layers.push(Layer {
@@ -246,6 +264,58 @@ impl Net {
         Ok(logits)
     }
 
+    /// Makes the palettized matrices' tables trainable: each becomes the variable
+    /// returned with the name of the `.plut` tensor it replaces.
+    pub fn train_tables(
+        &mut self,
+        palettes: Vec<refit::LayerPalettes>,
+    ) -> Result<Vec<(String, Var)>> {
+        let mut vars = Vec::new();
+        for (layer, pals) in self.layers.iter_mut().zip(palettes) {
+            for (slot, pal) in layer.proj.iter_mut().zip(pals) {
+                let Some((name, p)) = pal else { continue };
+                let i = refit::Indices::of(&p);
+                let lut: Vec<f32> = p.luts.iter().map(|h| h.to_f32()).collect();
+                let var = Var::from_tensor(&matrix(&lut, i.groups(), i.entries).map_err(ce)?)
+                    .map_err(ce)?;
+                *slot = Matrix::Palette(i, var.as_tensor().clone());
+                vars.push((name, var));
+            }
+        }
+        Ok(vars)
+    }
+
+    /// Makes every RMSNorm weight trainable: the variables with their tensors' names
+    /// (as the family spells them in a file).
+    pub fn train_norms(&mut self) -> Result<Vec<(String, Var)>> {
+        let c = &self.config;
+        let (family, mut vars) = (c.arch.family(), Vec::new());
+        let name = |t: LayerTensor, l: usize| family.layer_spec(t, c, l).name;
+        let mut var = |t: &mut Tensor, name: String| -> Result<()> {
+            let v = Var::from_tensor(t).map_err(ce)?;
+            *t = v.as_tensor().clone();
+            vars.push((name, v));
+            Ok(())
+        };
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            var(&mut layer.attn_norm, name(LayerTensor::AttnNorm, l))?;
+            var(&mut layer.ffn_norm, name(LayerTensor::FfnNorm, l))?;
+            if let Some(t) = &mut layer.post_attn_norm {
+                var(t, name(LayerTensor::PostAttnNorm, l))?;
+            }
+            if let Some(t) = &mut layer.post_ffn_norm {
+                var(t, name(LayerTensor::PostFfnNorm, l))?;
+            }
+            if let Some((q, k)) = &mut layer.qk_norm {
+                var(q, name(LayerTensor::QNorm, l))?;
+                var(k, name(LayerTensor::KNorm, l))?;
+            }
+        }
+        let output = family.global_spec(GlobalTensor::OutputNorm, c).name;
+        var(&mut self.output_norm, output)?;
+        Ok(vars)
+    }
+
     /// cos and sin `[tokens][rope_dim / 2]` of layer `l`'s RoPE, times its mscale.
     fn rope_table(&self, l: usize, t: usize) -> R<(Tensor, Tensor)> {
         let c = &self.config;
@@ -264,8 +334,8 @@ impl Net {
 }
 
 /// `x · Wᵀ`, plus `s · (x · Aᵀ) · Bᵀ` where layer `l` has an update of `p`.
-fn linear(x: &Tensor, w: &Frozen, loras: Option<&Loras>, l: usize, p: Proj) -> R<Tensor> {
-    let y = x.apply_op1(w.clone())?;
+fn linear(x: &Tensor, w: &Matrix, loras: Option<&Loras>, l: usize, p: Proj) -> R<Tensor> {
+    let y = w.apply(x)?;
     match loras.and_then(|ls| ls.get(l, p).map(|u| (ls.scale, u))) {
         Some((s, u)) => {
             y + (matmul_t(&matmul_t(x, u.a.as_tensor())?, u.b.as_tensor())? * s as f64)?

@@ -1,0 +1,315 @@
+//! What recovery trains besides the adapter: the palettes' tables and the norms.
+//!
+//! A palettized matrix is `W[r][c] = table[group(r)][index[r][c]]`: its indices stay
+//! fixed, its table entries are parameters like any other, and the loss's gradient
+//! reaches each entry as the sum of `∂L/∂W` over the weights that use it (codebook
+//! fine-tuning, as AQLM and SqueezeLLM do after their k-means). The k-means tables
+//! minimize the weights' error; trained, they minimize the model's divergence. The
+//! RMSNorm weights scale the columns of the matrices they feed (Q, K, V, gate, up):
+//! a diagonal correction no low-rank update can make. Both go back into the
+//! palettized file in place of what they replace, so they cost no bytes.
+
+use super::net::{ce, contiguous_f32};
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, TensorReader};
+use crate::model::arch::LayerTensor;
+use crate::model::weights::{locate, Stored};
+use crate::model::{Config, Proj};
+use crate::par::*;
+use crate::quant::palette::Palettized;
+use crate::quant::GgmlType;
+use candle_core::{CpuStorage, CustomOp2, Device, Layout, Shape, Tensor};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+type R<T> = std::result::Result<T, candle_core::Error>;
+
+/// A palettized matrix's fixed part: its indices and how rows share tables.
+#[derive(Clone)]
+pub struct Indices {
+    pub rows: usize,
+    pub cols: usize,
+    pub rows_per_lut: usize,
+    pub entries: usize,
+    indices: Arc<Vec<u8>>,
+}
+
+impl Indices {
+    pub fn of(p: &Palettized) -> Indices {
+        Indices {
+            rows: p.rows,
+            cols: p.cols,
+            rows_per_lut: p.rows_per_lut,
+            entries: p.entries(),
+            indices: Arc::new(p.indices.clone()),
+        }
+    }
+
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(self.rows_per_lut)
+    }
+
+    /// The matrix `[rows][cols]` the tables `[groups][entries]` make.
+    fn weight(&self, lut: &[f32]) -> Vec<f32> {
+        let mut w = vec![0f32; self.rows * self.cols];
+        w.par_chunks_mut(self.cols)
+            .zip(self.indices.par_chunks(self.cols))
+            .enumerate()
+            .for_each(|(r, (out, idx))| {
+                let t = &lut[r / self.rows_per_lut * self.entries..][..self.entries];
+                out.iter_mut()
+                    .zip(idx)
+                    .for_each(|(o, &i)| *o = t[i as usize]);
+            });
+        w
+    }
+
+    /// `∂L/∂table` from `∂L/∂W`: each entry sums the gradients of the weights using it.
+    fn table_gradient(&self, gw: &[f32]) -> Vec<f32> {
+        let mut g = vec![0f32; self.groups() * self.entries];
+        let span = self.rows_per_lut * self.cols;
+        g.par_chunks_mut(self.entries)
+            .zip(gw.par_chunks(span).zip(self.indices.par_chunks(span)))
+            .for_each(|(out, (gw, idx))| {
+                gw.iter().zip(idx).for_each(|(&v, &i)| out[i as usize] += v);
+            });
+        g
+    }
+
+    fn weight_tensor(&self, lut: &Tensor) -> R<Tensor> {
+        let lut = lut.flatten_all()?.to_vec1::<f32>()?;
+        Tensor::from_vec(self.weight(&lut), (self.rows, self.cols), &Device::Cpu)
+    }
+}
+
+/// `x · Wᵀ` for `W` made from the tables (the op's second input): the backward gives
+/// both `x` and the tables their gradients.
+pub struct PaletteLinear(pub Indices);
+
+impl CustomOp2 for PaletteLinear {
+    fn name(&self) -> &'static str {
+        "palette-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> R<(CpuStorage, Shape)> {
+        let x = Tensor::from_slice(
+            contiguous_f32(s1, l1, self.name())?,
+            l1.shape(),
+            &Device::Cpu,
+        )?;
+        let lut = contiguous_f32(s2, l2, self.name())?;
+        let w = Tensor::from_vec(self.0.weight(lut), (self.0.rows, self.0.cols), &Device::Cpu)?;
+        let y = super::net::matmul_t(&x, &w)?;
+        let shape = y.shape().clone();
+        Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        lut: &Tensor,
+        _y: &Tensor,
+        g: &Tensor,
+    ) -> R<(Option<Tensor>, Option<Tensor>)> {
+        let w = self.0.weight_tensor(lut)?;
+        let (rows, cols) = (self.0.rows, self.0.cols);
+        let g2 = g.reshape(((), rows))?;
+        let x2 = x.reshape(((), cols))?;
+        let gx = g2.matmul(&w)?.reshape(x.shape())?;
+        let gw = g2.t()?.matmul(&x2)?.flatten_all()?.to_vec1::<f32>()?;
+        let gt = Tensor::from_vec(self.0.table_gradient(&gw), lut.shape(), &Device::Cpu)?;
+        Ok((Some(gx), Some(gt)))
+    }
+}
+
+/// A layer's palettized matrices by projection, each with its `.plut` tensor's name
+/// (`None` where a matrix is not palettized).
+pub type LayerPalettes = [Option<(String, Palettized)>; 7];
+
+/// The palettized matrices of a compressed file, by layer.
+pub fn palettes(g: &Gguf, r: &mut impl TensorReader, c: &Config) -> Result<Vec<LayerPalettes>> {
+    let family = c.arch.family();
+    let mut out = Vec::with_capacity(c.n_layers);
+    for l in 0..c.n_layers {
+        let mut layer: LayerPalettes = Default::default();
+        for p in Proj::ALL {
+            let spec = family.layer_spec(LayerTensor::of(p), c, l);
+            if spec.rows_of.is_some() || g.tensor(&spec.name).is_some() {
+                continue;
+            }
+            if let Ok(Stored::Palette {
+                idx,
+                lut,
+                bits,
+                rows_per_lut,
+            }) = locate(g, &spec)
+            {
+                let (i, t) = (g.read_tensor(r, idx)?, g.read_tensor(r, lut)?);
+                let pal =
+                    Palettized::from_gguf(bits, (spec.rows, spec.cols), rows_per_lut, &i, &t)?;
+                layer[p.index()] = Some((lut.name.clone(), pal));
+            }
+        }
+        out.push(layer);
+    }
+    Ok(out)
+}
+
+/// A trained vector or table as the file stores the tensor it replaces.
+pub fn encode(values: &[f32], ty: GgmlType, name: &str) -> Result<Vec<u8>> {
+    match ty {
+        GgmlType::F32 => Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+        GgmlType::F16 => Ok(values
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect()),
+        _ => Err(Error::unsupported(format!(
+            "recover: {name} is stored as {ty}; only f32 and f16 tensors are refit"
+        ))),
+    }
+}
+
+/// Tensors that replace the file's own of the same name (the refit tables and norms),
+/// as f32 values.
+pub type Replacements = HashMap<String, Vec<f32>>;
+
+/// A tensor's values (any shape) as f32.
+pub fn values(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all().and_then(|x| x.to_vec1()).map_err(ce)
+}
+
+/// The refit beside the adapter in a `recover` folder: every trained table and norm
+/// under the name of the file's tensor it replaces (f32). PEFT ignores it; the
+/// adapter was trained on top of it, so `embed_peft` writes both into the file.
+pub const FILE: &str = "palette-refit.safetensors";
+
+/// Writes the refit (or removes a stale one when nothing was refit).
+pub fn save(path: &std::path::Path, refits: &[(String, candle_core::Var, usize)]) -> Result<()> {
+    if refits.is_empty() {
+        return match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        };
+    }
+    let mut named = Vec::with_capacity(refits.len());
+    for (name, var, _) in refits {
+        let v = values(var.as_tensor())?;
+        let n = v.len();
+        named.push((
+            name.clone(),
+            crate::adapters::write::tensor(&v, 1, n, false),
+        ));
+    }
+    let bytes = safetensors::serialize(named.iter().map(|(n, t)| (n.clone(), t)), None)
+        .map_err(|e| Error::Internal(format!("refit: {e}")))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The refit of a `recover` folder, empty where it has none.
+pub fn load(dir: &std::path::Path) -> Result<Replacements> {
+    let path = dir.join(FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Replacements::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let bad = |m: String| Error::invalid(format!("{}: {m}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
+    let mut out = Replacements::new();
+    for (name, t) in st.tensors() {
+        if t.dtype() != safetensors::Dtype::F32 {
+            return Err(bad(format!("{name} is not f32")));
+        }
+        let v = t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        out.insert(name, v);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// The op against candle's own autograd through an explicit gather: the same
+    /// product, the same gradients for the input and for every table entry.
+    #[test]
+    fn the_palette_op_s_gradients_are_candle_s_through_a_gather() {
+        // 37 rows over tables of 8: the last group is short.
+        let (rows, cols, per, bits) = (37usize, 64usize, 8usize, 4u32);
+        let mut rng = Rng::new(3);
+        let entries = 1usize << bits;
+        let groups = rows.div_ceil(per);
+        let p = Palettized {
+            bits,
+            rows,
+            cols,
+            rows_per_lut: per,
+            indices: (0..rows * cols)
+                .map(|_| (rng.next_u64() % 16) as u8)
+                .collect(),
+            luts: (0..groups * entries)
+                .map(|_| half::f16::from_f32(rng.next_f32() - 0.5))
+                .collect(),
+        };
+        let lut: Vec<f32> = p.luts.iter().map(|h| h.to_f32()).collect();
+        let x: Vec<f32> = (0..3 * 5 * cols).map(|_| rng.next_f32() - 0.5).collect();
+        let dev = &Device::Cpu;
+        let x = candle_core::Var::from_vec(x, (3, 5, cols), dev).unwrap();
+        let t = candle_core::Var::from_vec(lut, (groups, entries), dev).unwrap();
+        let weights: Vec<f32> = (0..3 * 5 * rows).map(|_| rng.next_f32()).collect();
+        let weights = Tensor::from_vec(weights, (3, 5, rows), dev).unwrap();
+        // Ours.
+        let i = Indices::of(&p);
+        let y = x
+            .as_tensor()
+            .apply_op2(t.as_tensor(), PaletteLinear(i.clone()))
+            .unwrap();
+        let loss = (&y * &weights).unwrap().sum_all().unwrap();
+        let g = loss.backward().unwrap();
+        // candle's: W = table[flat index], gathered.
+        let ids: Vec<u32> = (0..rows * cols)
+            .map(|k| ((k / cols / per) * entries + p.indices[k] as usize) as u32)
+            .collect();
+        let ids = Tensor::from_vec(ids, rows * cols, dev).unwrap();
+        let w = t
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .index_select(&ids, 0)
+            .unwrap();
+        let w = w.reshape((rows, cols)).unwrap();
+        let y2 = x.as_tensor().broadcast_matmul(&w.t().unwrap()).unwrap();
+        let loss2 = (&y2 * &weights).unwrap().sum_all().unwrap();
+        let g2 = loss2.backward().unwrap();
+        let close = |a: &Tensor, b: &Tensor, what: &str| {
+            let (a, b) = (values(a).unwrap(), values(b).unwrap());
+            assert_eq!(a.len(), b.len());
+            for (k, (u, v)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (u - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                    "{what}[{k}]: {u} vs {v}"
+                );
+            }
+        };
+        close(&y, &y2, "y");
+        let grad = |gs: &candle_core::backprop::GradStore, v: &candle_core::Var| {
+            gs.get(v.as_tensor()).expect("a gradient").clone()
+        };
+        close(&grad(&g, &x), &grad(&g2, &x), "dx");
+        close(&grad(&g, &t), &grad(&g2, &t), "dtable");
+    }
+}
