@@ -165,22 +165,20 @@ pub fn recover(
     let loras = Loras::new(&config, opts.rank, opts.alpha, &opts.modules, opts.seed)?;
     let refits = refit_vars(&mut student, compressed, opts)?;
     let vars = all_vars(&loras, &refits);
+    // Group 0 the adapter, then each refit variable's own group (1 tables, 2 norms).
+    let groups = std::iter::repeat_n(0, loras.vars().len()).chain(refits.iter().map(|r| r.2));
     let mut adam = Adam::new(&vars)?.with_groups(
-        (0..vars.len())
-            .map(|i| {
-                if i < loras.vars().len() {
-                    0
-                } else {
-                    refits[i - loras.vars().len()].2
-                }
-            })
-            .collect(),
+        groups.collect(),
         vec![1.0, opts.table_lr / opts.lr, opts.norm_lr / opts.lr],
     );
     let state = out.join(checkpoint::FILE);
     if resume {
         checkpoint::load(&state, opts, calibration, &vars, &mut adam)?;
     }
+    let save_all = |adam: &Adam| {
+        let trained = (&loras, &refits[..]);
+        save(out, &config, trained, opts, calibration, adam, &state)
+    };
     let order = Order::new(seqs.len(), opts.seed);
     let (start, t0) = (adam.step, Instant::now());
     let (mut first, mut last) = (f64::NAN, f64::NAN);
@@ -208,30 +206,14 @@ pub fn recover(
         });
         let save_now = opts.save_every > 0 && (step + 1) % opts.save_every == 0;
         if save_now || step + 1 == opts.steps || !go_on {
-            save(
-                out,
-                &config,
-                (&loras, &refits),
-                opts,
-                calibration,
-                &adam,
-                &state,
-            )?;
+            save_all(&adam)?;
         }
         if !go_on {
             break;
         }
     }
     if start >= opts.steps {
-        save(
-            out,
-            &config,
-            (&loras, &refits),
-            opts,
-            calibration,
-            &adam,
-            &state,
-        )?;
+        save_all(&adam)?;
     }
     Ok(Summary {
         steps: adam.step - start.min(adam.step),
