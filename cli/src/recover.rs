@@ -195,6 +195,13 @@ pub fn recover_cmd(a: RecoverArgs) -> Result<()> {
         a.out.display()
         );
     }
+    let refit = a.out.join(recover::REFIT_FILE);
+    if a.gguf.is_none() && refit.exists() {
+        eprintln!(
+            "recover: the adapter was trained on refit tables and norms ({}): run with --gguf FILE to write the model that has both",
+            refit.display()
+        );
+    }
     if let Some(out) = &a.gguf {
         let source = a
             .source

@@ -27,6 +27,8 @@ use adam::Adam;
 pub use embed::{embed, embed_peft, REFIT};
 use lora::Loras;
 use net::{ce, Net};
+/// The refit's file in a `recover` folder.
+pub use refit::FILE as REFIT_FILE;
 pub use samples::self_written;
 use std::path::Path;
 use web_time::Instant;
