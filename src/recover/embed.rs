@@ -69,11 +69,7 @@ pub fn embed(
             model.display()
         )));
     }
-    let f16 = |v: &[f32]| -> Vec<u8> {
-        v.iter()
-            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-            .collect()
-    };
+    let f16 = |v: &[f32]| super::refit::encode(v, GgmlType::F16, "the recovery adapter");
     let Some((adapter, _)) = adapter else {
         return write_atomically(&w, output);
     };
@@ -87,7 +83,7 @@ pub fn embed(
                 &recovery::tensor_name(layer, p, true),
                 &[c64, r],
                 GgmlType::F16,
-                f16(&u.a),
+                f16(&u.a)?,
             )?;
             let b: Vec<f32> = u.b.iter().map(|v| v * unscale).collect();
             let dims = [r, rows as u64];
@@ -95,7 +91,7 @@ pub fn embed(
                 &recovery::tensor_name(layer, p, false),
                 &dims,
                 GgmlType::F16,
-                f16(&b),
+                f16(&b)?,
             )?;
         }
     }
