@@ -101,6 +101,12 @@ pub struct ConvertArgs {
     /// --recover: the norms' peak learning rate.
     #[arg(long, default_value_t = recover::Options::default().norm_lr)]
     recover_norm_lr: f64,
+    /// --recover: train which table entry each weight uses too (`recover --indices`).
+    #[arg(long)]
+    recover_indices: bool,
+    /// --recover: the latent weights' peak learning rate.
+    #[arg(long, default_value_t = recover::Options::default().index_lr)]
+    recover_index_lr: f64,
 }
 
 pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
@@ -147,6 +153,8 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<()> {
             table_lr: a.recover_table_lr,
             norms: !a.recover_no_norms,
             norm_lr: a.recover_norm_lr,
+            indices: a.recover_indices,
+            index_lr: a.recover_index_lr,
             save_every: 0,
             ..Default::default()
         };

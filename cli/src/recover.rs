@@ -66,6 +66,13 @@ pub struct RecoverArgs {
     /// The norms' peak learning rate.
     #[arg(long, default_value_t = Options::default().norm_lr)]
     pub norm_lr: f64,
+    /// Train which table entry each palettized weight uses too (latent weights
+    /// started at the source's, the straight-through estimator): the indices change.
+    #[arg(long)]
+    pub indices: bool,
+    /// The latent weights' peak learning rate.
+    #[arg(long, default_value_t = Options::default().index_lr)]
+    pub index_lr: f64,
     /// Continue from the training state in --out.
     #[arg(long)]
     pub resume: bool,
@@ -106,6 +113,8 @@ impl RecoverArgs {
             table_lr: self.table_lr,
             norms: !self.no_norms,
             norm_lr: self.norm_lr,
+            indices: self.indices,
+            index_lr: self.index_lr,
         })
     }
 

@@ -47,6 +47,9 @@ fn refit_shape(o: &Options) -> String {
     if o.norms {
         s += &format!(" norms={}", o.norm_lr);
     }
+    if o.indices {
+        s += &format!(" indices={}", o.index_lr);
+    }
     s
 }
 

@@ -48,17 +48,7 @@ pub fn embed(
             continue;
         }
         let bytes = match refit.get(&t.name) {
-            Some(v) if v.len() as u64 == t.dims.iter().product::<u64>() => {
-                super::refit::encode(v, t.ty, &t.name)?
-            }
-            Some(v) => {
-                return Err(crate::Error::invalid(format!(
-                    "the refit {} has {} values; the model's tensor {:?}",
-                    t.name,
-                    v.len(),
-                    t.dims
-                )))
-            }
+            Some(v) => super::refit::encode(v, t.ty, &t.dims, &t.name)?,
             None => files.read_tensor_of(&g, t)?,
         };
         w.tensor(&t.name, &t.dims, t.ty, bytes)?;
@@ -69,7 +59,10 @@ pub fn embed(
             model.display()
         )));
     }
-    let f16 = |v: &[f32]| super::refit::encode(v, GgmlType::F16, "the recovery adapter");
+    let f16 = |v: &[f32]| {
+        let n = [v.len() as u64];
+        super::refit::encode(v, GgmlType::F16, &n, "the recovery adapter")
+    };
     let Some((adapter, _)) = adapter else {
         return write_atomically(&w, output);
     };

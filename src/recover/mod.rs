@@ -15,6 +15,7 @@ mod embed;
 mod kl;
 mod lora;
 pub mod net;
+mod qat;
 mod refit;
 mod samples;
 
@@ -27,6 +28,7 @@ use adam::Adam;
 pub use embed::{embed, embed_peft, REFIT};
 use lora::Loras;
 use net::{ce, Net};
+use refit::Refit;
 /// The refit's file in a `recover` folder.
 pub use refit::FILE as REFIT_FILE;
 pub use samples::self_written;
@@ -60,6 +62,10 @@ pub struct Options {
     /// Train the RMSNorm weights too, at `norm_lr` at the peak.
     pub norms: bool,
     pub norm_lr: f64,
+    /// Train which table entry each palettized weight uses (`qat`: latent weights
+    /// started at the original's, at `index_lr` at the peak); needs `tables`.
+    pub indices: bool,
+    pub index_lr: f64,
 }
 
 impl Default for Options {
@@ -88,6 +94,8 @@ impl Default for Options {
             table_lr: 1e-3,
             norms: true,
             norm_lr: 3e-4,
+            indices: false,
+            index_lr: 1e-4,
         }
     }
 }
@@ -96,11 +104,13 @@ impl Options {
     /// What is refit besides the adapter, for the file's record: ", tables and norms
     /// refit", or nothing.
     pub fn refit_words(&self) -> &'static str {
-        match (self.tables, self.norms) {
-            (true, true) => ", tables and norms refit",
-            (true, false) => ", tables refit",
-            (false, true) => ", norms refit",
-            (false, false) => "",
+        match (self.tables && self.indices, self.tables, self.norms) {
+            (true, _, true) => ", indices, tables and norms refit",
+            (true, _, false) => ", indices and tables refit",
+            (_, true, true) => ", tables and norms refit",
+            (_, true, false) => ", tables refit",
+            (_, false, true) => ", norms refit",
+            (_, false, false) => "",
         }
     }
 }
@@ -165,13 +175,17 @@ pub fn recover(
         Net::new(config.clone(), teacher.weights)?,
     );
     let loras = Loras::new(&config, opts.rank, opts.alpha, &opts.modules, opts.seed)?;
-    let refits = refit_vars(&mut student, compressed, opts)?;
+    let refits = refit_vars(&mut student, &teacher, compressed, opts)?;
     let vars = all_vars(&loras, &refits);
-    // Group 0 the adapter, then each refit variable's own group (1 tables, 2 norms).
-    let groups = std::iter::repeat_n(0, loras.vars().len()).chain(refits.iter().map(|r| r.2));
+    // Group 0 the adapter, then each refit variable's own group (1 tables, 2 norms,
+    // 3 latent weights).
+    let groups = std::iter::repeat_n(0, loras.vars().len()).chain(refits.iter().map(|r| r.group));
+    let rates = [opts.table_lr, opts.norm_lr, opts.index_lr];
     let mut adam = Adam::new(&vars)?.with_groups(
         groups.collect(),
-        vec![1.0, opts.table_lr / opts.lr, opts.norm_lr / opts.lr],
+        std::iter::once(1.0)
+            .chain(rates.map(|r| r / opts.lr))
+            .collect(),
     );
     let state = out.join(checkpoint::FILE);
     if resume {
@@ -360,24 +374,23 @@ pub fn convert_recovered(
     result
 }
 
-/// A trained table or norm: the tensor it replaces, its variable, its Adam group.
-type Refit = (String, candle_core::Var, usize);
-
-/// The student's tables and norms made trainable, as the options ask.
-fn refit_vars(student: &mut Net, compressed: &Path, opts: &Options) -> Result<Vec<Refit>> {
+/// The student's tables, norms and latent weights made trainable, as the options ask
+/// (the latent weights start at the `teacher`'s).
+fn refit_vars(
+    student: &mut Net,
+    teacher: &Net,
+    compressed: &Path,
+    opts: &Options,
+) -> Result<Vec<Refit>> {
     let mut out = Vec::new();
     if opts.tables {
         let (g, mut files) = open_model(compressed)?;
         let pals = refit::palettes(&g, &mut files, &student.config)?;
-        out.extend(
-            student
-                .train_tables(pals)?
-                .into_iter()
-                .map(|(n, v)| (n, v, 1)),
-        );
+        let latent = opts.indices.then_some((teacher, 3));
+        out.extend(student.train_tables(pals, 1, latent)?);
     }
     if opts.norms {
-        out.extend(student.train_norms()?.into_iter().map(|(n, v)| (n, v, 2)));
+        out.extend(student.train_norms(2)?);
     }
     if out.is_empty() && opts.modules.is_empty() {
         return Err(Error::invalid(format!(
@@ -391,7 +404,7 @@ fn refit_vars(student: &mut Net, compressed: &Path, opts: &Options) -> Result<Ve
 /// Every trained variable: the adapter's, then the refit's.
 fn all_vars<'a>(loras: &'a Loras, refits: &'a [Refit]) -> Vec<&'a candle_core::Var> {
     let mut v = loras.vars();
-    v.extend(refits.iter().map(|r| &r.1));
+    v.extend(refits.iter().map(|r| &r.var));
     v
 }
 
@@ -406,7 +419,15 @@ fn check(o: &Options) -> Result<()> {
     if o.batch == 0 || o.seq_len < 2 || o.steps == 0 {
         return bad("steps, batch and a sequence of at least 2 tokens are needed".into());
     }
-    let rates = [(true, o.lr), (o.tables, o.table_lr), (o.norms, o.norm_lr)];
+    if o.indices && !o.tables {
+        return bad("training the indices needs the tables trained too".into());
+    }
+    let rates = [
+        (true, o.lr),
+        (o.tables, o.table_lr),
+        (o.norms, o.norm_lr),
+        (o.indices, o.index_lr),
+    ];
     let positive = |v: f64| v > 0.0 && v.is_finite();
     if !(rates.iter().all(|&(on, r)| !on || positive(r)) && positive(o.alpha as f64)) {
         return bad("the learning rates and alpha must be positive numbers".into());

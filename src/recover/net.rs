@@ -5,7 +5,8 @@
 //! against the reference's logits. Short-convolution layers (LFM2) are refused.
 
 use super::lora::Loras;
-use super::refit;
+use super::qat;
+use super::refit::{self, Refit};
 use crate::error::{Error, Result};
 use crate::model::arch::Mixer;
 use crate::model::arch::{GlobalTensor, LayerTensor};
@@ -70,11 +71,13 @@ pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
         .reshape(shape)
 }
 
-/// A projection's matrix: frozen, or palettized with trainable tables (`refit`).
+/// A projection's matrix: frozen, palettized with trainable tables (`refit`), or
+/// palettized with trainable tables and latent weights choosing the entries (`qat`).
 #[derive(Clone)]
 enum Matrix {
     Frozen(Frozen),
     Palette(refit::Indices, Tensor),
+    Qat(refit::Indices, Tensor, Tensor),
 }
 
 impl Matrix {
@@ -82,6 +85,7 @@ impl Matrix {
         match self {
             Matrix::Frozen(w) => x.apply_op1(w.clone()),
             Matrix::Palette(i, lut) => x.apply_op2(lut, refit::PaletteLinear(i.clone())),
+            Matrix::Qat(i, lut, latent) => x.apply_op3(lut, latent, qat::PaletteQat(i.clone())),
         }
     }
 }
@@ -264,37 +268,52 @@ impl Net {
         Ok(logits)
     }
 
-    /// Makes the palettized matrices' tables trainable: each becomes the variable
-    /// returned with the name of the `.plut` tensor it replaces.
+    /// Makes the palettized matrices' tables trainable: each becomes a variable (of
+    /// `group`) named for the `.plut` tensor it replaces. With `latent` (the original
+    /// model), each also gets latent weights that choose its entries (`qat`), started
+    /// at the original's, a variable of `latent_group` named for the `.pidx` tensor.
     pub fn train_tables(
         &mut self,
         palettes: Vec<refit::LayerPalettes>,
-    ) -> Result<Vec<(String, Var)>> {
+        group: usize,
+        latent: Option<(&Net, usize)>,
+    ) -> Result<Vec<Refit>> {
         let mut vars = Vec::new();
-        for (layer, pals) in self.layers.iter_mut().zip(palettes) {
-            for (slot, pal) in layer.proj.iter_mut().zip(pals) {
-                let Some((name, p)) = pal else { continue };
-                let i = refit::Indices::of(&p);
-                let lut: Vec<f32> = p.luts.iter().map(|h| h.to_f32()).collect();
-                let var = Var::from_tensor(&matrix(&lut, i.groups(), i.entries).map_err(ce)?)
+        for (l, (layer, pals)) in self.layers.iter_mut().zip(palettes).enumerate() {
+            for (p, (slot, pal)) in layer.proj.iter_mut().zip(pals).enumerate() {
+                let Some(pal) = pal else { continue };
+                let i = refit::Indices::of(&pal.matrix);
+                let lut: Vec<f32> = pal.matrix.luts.iter().map(|h| h.to_f32()).collect();
+                let table = Var::from_tensor(&matrix(&lut, i.groups(), i.entries).map_err(ce)?)
                     .map_err(ce)?;
-                *slot = Matrix::Palette(i, var.as_tensor().clone());
-                vars.push((name, var));
+                *slot = Matrix::Palette(i.clone(), table.as_tensor().clone());
+                if let Some((original, latent_group)) = latent {
+                    let Matrix::Frozen(Frozen(w)) = &original.layers[l].proj[p] else {
+                        return Err(Error::Internal(
+                            "recover: the original is not frozen".into(),
+                        ));
+                    };
+                    let w = Var::from_tensor(w).map_err(ce)?;
+                    *slot =
+                        Matrix::Qat(i.clone(), table.as_tensor().clone(), w.as_tensor().clone());
+                    vars.push(Refit::latent(pal.idx, w, latent_group, (table.clone(), i)));
+                }
+                vars.push(Refit::plain(pal.lut, table, group));
             }
         }
         Ok(vars)
     }
 
-    /// Makes every RMSNorm weight trainable: the variables with their tensors' names
-    /// (as the family spells them in a file).
-    pub fn train_norms(&mut self) -> Result<Vec<(String, Var)>> {
+    /// Makes every RMSNorm weight trainable: variables of `group` named for their
+    /// tensors (as the family spells them in a file).
+    pub fn train_norms(&mut self, group: usize) -> Result<Vec<Refit>> {
         let c = &self.config;
         let (family, mut vars) = (c.arch.family(), Vec::new());
         let name = |t: LayerTensor, l: usize| family.layer_spec(t, c, l).name;
         let mut var = |t: &mut Tensor, name: String| -> Result<()> {
             let v = Var::from_tensor(t).map_err(ce)?;
             *t = v.as_tensor().clone();
-            vars.push((name, v));
+            vars.push(Refit::plain(name, v, group));
             Ok(())
         };
         for (l, layer) in self.layers.iter_mut().enumerate() {

@@ -18,7 +18,8 @@ use crate::model::{Config, Proj};
 use crate::par::*;
 use crate::quant::palette::Palettized;
 use crate::quant::GgmlType;
-use candle_core::{CpuStorage, CustomOp2, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Device, Layout, Shape, Tensor, Var};
+use safetensors::tensor::{Dtype, TensorView};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -45,12 +46,26 @@ impl Indices {
         }
     }
 
+    /// The same shape with other indices (`[rows][cols]`).
+    pub fn with(&self, indices: Vec<u8>) -> Indices {
+        debug_assert_eq!(indices.len(), self.rows * self.cols);
+        Indices {
+            indices: Arc::new(indices),
+            ..self.clone()
+        }
+    }
+
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(self.rows_per_lut)
     }
 
+    /// The indices, `[rows][cols]`.
+    pub fn indices(&self) -> &[u8] {
+        &self.indices
+    }
+
     /// The matrix `[rows][cols]` the tables `[groups][entries]` make.
-    fn weight(&self, lut: &[f32]) -> Vec<f32> {
+    pub(super) fn weight(&self, lut: &[f32]) -> Vec<f32> {
         let mut w = vec![0f32; self.rows * self.cols];
         w.par_chunks_mut(self.cols)
             .zip(self.indices.par_chunks(self.cols))
@@ -65,7 +80,7 @@ impl Indices {
     }
 
     /// `∂L/∂table` from `∂L/∂W`: each entry sums the gradients of the weights using it.
-    fn table_gradient(&self, gw: &[f32]) -> Vec<f32> {
+    pub(super) fn table_gradient(&self, gw: &[f32]) -> Vec<f32> {
         let mut g = vec![0f32; self.groups() * self.entries];
         let span = self.rows_per_lut * self.cols;
         g.par_chunks_mut(self.entries)
@@ -74,11 +89,6 @@ impl Indices {
                 gw.iter().zip(idx).for_each(|(&v, &i)| out[i as usize] += v);
             });
         g
-    }
-
-    fn weight_tensor(&self, lut: &Tensor) -> R<Tensor> {
-        let lut = lut.flatten_all()?.to_vec1::<f32>()?;
-        Tensor::from_vec(self.weight(&lut), (self.rows, self.cols), &Device::Cpu)
     }
 }
 
@@ -117,20 +127,74 @@ impl CustomOp2 for PaletteLinear {
         _y: &Tensor,
         g: &Tensor,
     ) -> R<(Option<Tensor>, Option<Tensor>)> {
-        let w = self.0.weight_tensor(lut)?;
-        let (rows, cols) = (self.0.rows, self.0.cols);
-        let g2 = g.reshape(((), rows))?;
-        let x2 = x.reshape(((), cols))?;
-        let gx = g2.matmul(&w)?.reshape(x.shape())?;
-        let gw = g2.t()?.matmul(&x2)?.flatten_all()?.to_vec1::<f32>()?;
+        let table = lut.flatten_all()?.to_vec1::<f32>()?;
+        let (gx, gw) = backward(&self.0, &table, x, g)?;
         let gt = Tensor::from_vec(self.0.table_gradient(&gw), lut.shape(), &Device::Cpu)?;
         Ok((Some(gx), Some(gt)))
     }
 }
 
-/// A layer's palettized matrices by projection, each with its `.plut` tensor's name
-/// (`None` where a matrix is not palettized).
-pub type LayerPalettes = [Option<(String, Palettized)>; 7];
+/// The gradients of `x` and of `W` (`[rows][cols]`, flat) for `y = x · Wᵀ`, `W` made
+/// from `lut` by `i`, given `g = ∂L/∂y`.
+pub(super) fn backward(i: &Indices, lut: &[f32], x: &Tensor, g: &Tensor) -> R<(Tensor, Vec<f32>)> {
+    let w = Tensor::from_vec(i.weight(lut), (i.rows, i.cols), &Device::Cpu)?;
+    let g2 = g.reshape(((), i.rows))?;
+    let x2 = x.reshape(((), i.cols))?;
+    let gx = g2.matmul(&w)?.reshape(x.shape())?;
+    let gw = g2.t()?.matmul(&x2)?.flatten_all()?.to_vec1::<f32>()?;
+    Ok((gx, gw))
+}
+
+/// A palettized matrix with the names of its two tensors.
+pub struct Palette {
+    pub lut: String,
+    pub idx: String,
+    pub matrix: Palettized,
+}
+
+/// A layer's palettized matrices by projection (`None` where one is not palettized).
+pub type LayerPalettes = [Option<Palette>; 7];
+
+/// A trained variable that replaces a tensor of the file: a table or a norm (its
+/// values), or a matrix's latent weights (the indices of their nearest entries in
+/// `nearest_in`'s tables, `qat`). `group` is its Adam group.
+pub struct Refit {
+    pub name: String,
+    pub var: Var,
+    pub group: usize,
+    nearest_in: Option<(Var, Indices)>,
+}
+
+impl Refit {
+    pub fn plain(name: String, var: Var, group: usize) -> Refit {
+        Refit {
+            name,
+            var,
+            group,
+            nearest_in: None,
+        }
+    }
+
+    pub fn latent(name: String, var: Var, group: usize, tables: (Var, Indices)) -> Refit {
+        Refit {
+            name,
+            var,
+            group,
+            nearest_in: Some(tables),
+        }
+    }
+
+    /// What goes into the file: the values, or the indices the latent weights choose.
+    fn stored(&self) -> Result<Vec<f32>> {
+        let v = values(self.var.as_tensor())?;
+        let Some((table, shape)) = &self.nearest_in else {
+            return Ok(v);
+        };
+        let lut = values(table.as_tensor())?;
+        let idx = super::qat::assign(shape, &v, &lut);
+        Ok(idx.into_iter().map(f32::from).collect())
+    }
+}
 
 /// The palettized matrices of a compressed file, by layer.
 pub fn palettes(g: &Gguf, r: &mut impl TensorReader, c: &Config) -> Result<Vec<LayerPalettes>> {
@@ -153,7 +217,11 @@ pub fn palettes(g: &Gguf, r: &mut impl TensorReader, c: &Config) -> Result<Vec<L
                 let (i, t) = (g.read_tensor(r, idx)?, g.read_tensor(r, lut)?);
                 let pal =
                     Palettized::from_gguf(bits, (spec.rows, spec.cols), rows_per_lut, &i, &t)?;
-                layer[p.index()] = Some((lut.name.clone(), pal));
+                layer[p.index()] = Some(Palette {
+                    lut: lut.name.clone(),
+                    idx: idx.name.clone(),
+                    matrix: pal,
+                });
             }
         }
         out.push(layer);
@@ -161,9 +229,16 @@ pub fn palettes(g: &Gguf, r: &mut impl TensorReader, c: &Config) -> Result<Vec<L
     Ok(out)
 }
 
-/// A trained vector or table as the file stores the tensor it replaces.
-pub fn encode(values: &[f32], ty: GgmlType, name: &str) -> Result<Vec<u8>> {
+/// A trained vector or table as the file stores the tensor it replaces (`dims` its
+/// shape), or a matrix's indices (one value each) packed as its `.pidx` tensor.
+pub fn encode(values: &[f32], ty: GgmlType, dims: &[u64], name: &str) -> Result<Vec<u8>> {
+    let count: u64 = dims.iter().product();
     match ty {
+        GgmlType::I32 => pack_indices(values, dims, name),
+        _ if values.len() as u64 != count => Err(Error::invalid(format!(
+            "the refit {name} has {} values; the model's tensor {dims:?}",
+            values.len()
+        ))),
         GgmlType::F32 => Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
         GgmlType::F16 => Ok(values
             .iter()
@@ -173,6 +248,36 @@ pub fn encode(values: &[f32], ty: GgmlType, name: &str) -> Result<Vec<u8>> {
             "recover: {name} is stored as {ty}; only f32 and f16 tensors are refit"
         ))),
     }
+}
+
+/// Indices (`rows × cols` values) packed as a `.pidx` tensor `[cols·bits/32, rows]`.
+fn pack_indices(values: &[f32], dims: &[u64], name: &str) -> Result<Vec<u8>> {
+    let bad = || Error::invalid(format!("the refit {name} does not fit its tensor {dims:?}"));
+    let &[words, rows] = dims else {
+        return Err(bad());
+    };
+    let (words, rows) = (words as usize, rows as usize);
+    let cols = values.len().checked_div(rows).ok_or_else(bad)?;
+    let bits = (words * 32).checked_div(cols).ok_or_else(bad)?;
+    if !matches!(bits, 2 | 4) || cols * rows != values.len() || cols * bits != words * 32 {
+        return Err(bad());
+    }
+    let top = (1usize << bits) as f32;
+    if values
+        .iter()
+        .any(|&v| !(0.0..top).contains(&v) || v.fract() != 0.0)
+    {
+        return Err(bad());
+    }
+    let p = Palettized {
+        bits: bits as u32,
+        rows,
+        cols,
+        rows_per_lut: rows,
+        indices: values.iter().map(|&v| v as u8).collect(),
+        luts: Vec::new(),
+    };
+    Ok(p.stored().0)
 }
 
 /// Tensors that replace the file's own of the same name (the refit tables and norms),
@@ -189,25 +294,35 @@ pub fn values(t: &Tensor) -> Result<Vec<f32>> {
 /// adapter was trained on top of it, so `embed_peft` writes both into the file.
 pub const FILE: &str = "palette-refit.safetensors";
 
-/// Writes the refit (or removes a stale one when nothing was refit).
-pub fn save(path: &std::path::Path, refits: &[(String, candle_core::Var, usize)]) -> Result<()> {
+/// Writes the refit (or removes a stale one when nothing was refit): tables and norms
+/// as f32, indices as u8.
+pub fn save(path: &std::path::Path, refits: &[Refit]) -> Result<()> {
     if refits.is_empty() {
         return match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
         };
     }
-    let mut named = Vec::with_capacity(refits.len());
-    for (name, var, _) in refits {
-        let v = values(var.as_tensor())?;
-        let n = v.len();
-        named.push((
-            name.clone(),
-            crate::adapters::write::tensor(&v, 1, n, false),
-        ));
+    let mut stored: Vec<(Dtype, usize, Vec<u8>)> = Vec::with_capacity(refits.len());
+    for r in refits {
+        let v = r.stored()?;
+        stored.push(match r.nearest_in {
+            Some(_) => (Dtype::U8, v.len(), v.iter().map(|&i| i as u8).collect()),
+            None => (
+                Dtype::F32,
+                v.len(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ),
+        });
     }
-    let bytes = safetensors::serialize(named.iter().map(|(n, t)| (n.clone(), t)), None)
-        .map_err(|e| Error::Internal(format!("refit: {e}")))?;
+    let mut named = Vec::with_capacity(refits.len());
+    for (r, (ty, n, bytes)) in refits.iter().zip(&stored) {
+        let view = TensorView::new(*ty, vec![*n], bytes)
+            .map_err(|e| Error::Internal(format!("refit: {e}")))?;
+        named.push((r.name.clone(), view));
+    }
+    let bytes =
+        safetensors::serialize(named, None).map_err(|e| Error::Internal(format!("refit: {e}")))?;
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
@@ -226,14 +341,15 @@ pub fn load(dir: &std::path::Path) -> Result<Replacements> {
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
     let mut out = Replacements::new();
     for (name, t) in st.tensors() {
-        if t.dtype() != safetensors::Dtype::F32 {
-            return Err(bad(format!("{name} is not f32")));
-        }
-        let v = t
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let v = match t.dtype() {
+            Dtype::F32 => t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::U8 => t.data().iter().map(|&i| f32::from(i)).collect(),
+            _ => return Err(bad(format!("{name} is neither f32 nor u8"))),
+        };
         out.insert(name, v);
     }
     Ok(out)

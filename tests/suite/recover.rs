@@ -334,6 +334,75 @@ fn refit_tables_and_norms_go_into_the_file_and_lower_the_divergence() {
     assert!(g.metadata.get(recover::REFIT).is_some());
 }
 
+/// Indices trained too (`indices`: latent weights from the original's, straight
+/// through): the state holds the latent weights (resumed = straight through), the file
+/// gets new indices in place of the palettized file's, and they lower the divergence
+/// beyond what tables and norms reach with fixed indices.
+#[test]
+fn trained_indices_go_into_the_file_and_lower_the_divergence() {
+    let dir = tempdir();
+    let (t, s) = pair(&dir);
+    let refit = |steps, indices| Options {
+        tables: true,
+        table_lr: 3e-3,
+        norms: true,
+        norm_lr: 3e-3,
+        indices,
+        index_lr: 3e-3,
+        modules: vec![],
+        ..tiny(steps)
+    };
+    let file = |d: &Path| std::fs::read(d.join(recover::REFIT_FILE)).expect("read");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    run(&t, &s, &a, &refit(6, true), false, usize::MAX);
+    run(&t, &s, &b, &refit(6, true), false, 4);
+    run(&t, &s, &b, &refit(6, true), true, usize::MAX);
+    assert_eq!(file(&a), file(&b), "resumed = straight through");
+    let (fixed, moved) = (dir.join("fixed"), dir.join("moved"));
+    run(&t, &s, &fixed, &refit(60, false), false, usize::MAX);
+    run(&t, &s, &moved, &refit(60, true), false, usize::MAX);
+    // Into the file: new indices, tables and norms; nothing else changed.
+    let inside = dir.join("inside.gguf");
+    recover::embed_peft(&s, &moved, "teacher.gguf", "test", &inside).expect("embed");
+    use pippin::gguf::TensorReader;
+    let (gs, mut fs) = pippin::gguf::split::open_model(&s).expect("open");
+    let (gi, mut fi) = pippin::gguf::split::open_model(&inside).expect("open");
+    let mut changed = 0;
+    for ts in &gs.tensors {
+        let ti = gi.tensor(&ts.name).expect("every tensor kept");
+        let (bs, bi) = (
+            fs.read_tensor_of(&gs, ts).expect("read"),
+            fi.read_tensor_of(&gi, ti).expect("read"),
+        );
+        assert_eq!((ti.ty, &ti.dims), (ts.ty, &ts.dims), "{}", ts.name);
+        let refit = ts.name.ends_with(".plut") || ts.name.contains("norm");
+        if ts.name.ends_with(".pidx") {
+            changed += (bs != bi) as usize;
+        } else {
+            assert_eq!(bs != bi, refit, "{} changed: {}", ts.name, bs != bi);
+        }
+    }
+    assert_eq!(changed, 2 * 7, "every matrix's indices moved");
+    let held_out = tokens(8 * 16, 96, 99);
+    let kl = |d: Option<&Path>| recover::divergence(&t, &s, d, &held_out, 16).expect("kl");
+    let (none, fixed, moved) = (kl(None), kl(Some(&fixed)), kl(Some(&moved)));
+    eprintln!("held-out KL: palettes {none}, tables and norms {fixed}, + indices {moved}");
+    assert!(
+        moved < 0.95 * fixed && fixed < none,
+        "{none} {fixed} {moved}"
+    );
+    // Indices need the tables.
+    let no_tables = Options {
+        tables: false,
+        ..refit(6, true)
+    };
+    let out = dir.join("bad");
+    let calibration = tokens(256 * 16, 96, 7);
+    let e = recover::recover(&t, &s, &calibration, &out, &no_tables, false, &mut |_| true)
+        .expect_err("refused");
+    assert!(e.to_string().contains("tables"), "{e}");
+}
+
 fn tempdir() -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "pippin-recover-{}-{:?}",
