@@ -286,18 +286,21 @@ impl Net {
                 let lut: Vec<f32> = pal.matrix.luts.iter().map(|h| h.to_f32()).collect();
                 let table = Var::from_tensor(&matrix(&lut, i.groups(), i.entries).map_err(ce)?)
                     .map_err(ce)?;
-                *slot = Matrix::Palette(i.clone(), table.as_tensor().clone());
-                if let Some((original, latent_group)) = latent {
-                    let Matrix::Frozen(Frozen(w)) = &original.layers[l].proj[p] else {
-                        return Err(Error::Internal(
-                            "recover: the original is not frozen".into(),
-                        ));
-                    };
-                    let w = Var::from_tensor(w).map_err(ce)?;
-                    *slot =
-                        Matrix::Qat(i.clone(), table.as_tensor().clone(), w.as_tensor().clone());
-                    vars.push(Refit::latent(pal.idx, w, latent_group, (table.clone(), i)));
-                }
+                let lut = table.as_tensor().clone();
+                *slot = match latent {
+                    None => Matrix::Palette(i, lut),
+                    Some((original, latent_group)) => {
+                        let Matrix::Frozen(Frozen(w)) = &original.layers[l].proj[p] else {
+                            return Err(Error::Internal(
+                                "recover: the original's matrices are not frozen".into(),
+                            ));
+                        };
+                        let w = Var::from_tensor(w).map_err(ce)?;
+                        let qat = Matrix::Qat(i.clone(), lut, w.as_tensor().clone());
+                        vars.push(Refit::latent(pal.idx, w, latent_group, (table.clone(), i)));
+                        qat
+                    }
+                };
                 vars.push(Refit::plain(pal.lut, table, group));
             }
         }
