@@ -60,17 +60,9 @@ impl CustomOp3 for PaletteQat {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> R<(CpuStorage, Shape)> {
-        let x = Tensor::from_slice(
-            contiguous_f32(s1, l1, self.name())?,
-            l1.shape(),
-            &Device::Cpu,
-        )?;
         let lut = contiguous_f32(s2, l2, self.name())?;
         let i = self.matrix(contiguous_f32(s3, l3, self.name())?, lut);
-        let w = Tensor::from_vec(i.weight(lut), (i.rows, i.cols), &Device::Cpu)?;
-        let y = super::net::matmul_t(&x, &w)?;
-        let shape = y.shape().clone();
-        Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
+        super::refit::forward(&i, lut, contiguous_f32(s1, l1, self.name())?, l1)
     }
 
     fn bwd(

@@ -108,16 +108,8 @@ impl CustomOp2 for PaletteLinear {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> R<(CpuStorage, Shape)> {
-        let x = Tensor::from_slice(
-            contiguous_f32(s1, l1, self.name())?,
-            l1.shape(),
-            &Device::Cpu,
-        )?;
         let lut = contiguous_f32(s2, l2, self.name())?;
-        let w = Tensor::from_vec(self.0.weight(lut), (self.0.rows, self.0.cols), &Device::Cpu)?;
-        let y = super::net::matmul_t(&x, &w)?;
-        let shape = y.shape().clone();
-        Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
+        forward(&self.0, lut, contiguous_f32(s1, l1, self.name())?, l1)
     }
 
     fn bwd(
@@ -132,6 +124,15 @@ impl CustomOp2 for PaletteLinear {
         let gt = Tensor::from_vec(self.0.table_gradient(&gw), lut.shape(), &Device::Cpu)?;
         Ok((Some(gx), Some(gt)))
     }
+}
+
+/// `x · Wᵀ` (`x` laid out as `l`), `W` made from `lut` by `i`, as a custom op returns it.
+pub(super) fn forward(i: &Indices, lut: &[f32], x: &[f32], l: &Layout) -> R<(CpuStorage, Shape)> {
+    let x = Tensor::from_slice(x, l.shape(), &Device::Cpu)?;
+    let w = Tensor::from_vec(i.weight(lut), (i.rows, i.cols), &Device::Cpu)?;
+    let y = super::net::matmul_t(&x, &w)?;
+    let shape = y.shape().clone();
+    Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
 }
 
 /// The gradients of `x` and of `W` (`[rows][cols]`, flat) for `y = x · Wᵀ`, `W` made
