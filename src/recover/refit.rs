@@ -59,11 +59,6 @@ impl Indices {
         self.rows.div_ceil(self.rows_per_lut)
     }
 
-    /// The indices, `[rows][cols]`.
-    pub fn indices(&self) -> &[u8] {
-        &self.indices
-    }
-
     /// The matrix `[rows][cols]` the tables `[groups][entries]` make.
     pub(super) fn weight(&self, lut: &[f32]) -> Vec<f32> {
         let mut w = vec![0f32; self.rows * self.cols];
