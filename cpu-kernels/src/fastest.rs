@@ -48,13 +48,18 @@ pub fn dot(f: Format, row: &[u8], x: Acts) -> f32 {
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
 /// with SIMD each block of 32 is unpacked once for four tokens (when `lanes` holds
-/// `x`'s scales by fours: `wants_lanes`). Each token's sum is `dot`'s, bit for bit
+/// `x`'s scales by fours: `wants_lanes`), each K-quant super-block once for up to
+/// eight (`simd::kquants::dots`). Each token's sum is `dot`'s, bit for bit
 /// (the same products added in the same order; speculative decoding relies on it).
 #[inline]
 pub fn dots(f: Format, row: &[u8], x: Acts, lanes: Lanes, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let (true, false, Some(b)) = (out.len() > 1, lanes.d.is_empty(), simd::block(f)) {
         return crate::simd::blocks::dots(b, row, x, lanes, cols, out);
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let (true, Format::K(k)) = (out.len() > 1, f) {
+        return crate::simd::kquants::dots(k, row, x, cols, out);
     }
     let _ = lanes;
     for (t, o) in out.iter_mut().enumerate() {
@@ -63,7 +68,8 @@ pub fn dots(f: Format, row: &[u8], x: Acts, lanes: Lanes, cols: usize, out: &mut
 }
 
 /// Whether `dots` reads `f`'s activations by groups of four tokens (`crate::lanes`):
-/// the SIMD blocks of 32 only (K-quants and the plain loops take tokens one by one).
+/// the SIMD blocks of 32 only (the K-quants' kernel takes each token's own scales, the
+/// plain loops take tokens one by one).
 #[inline]
 pub fn wants_lanes(f: Format) -> bool {
     cfg!(all(target_arch = "wasm32", target_feature = "simd128")) && !matches!(f, Format::K(_))

@@ -61,7 +61,8 @@ fn simd_integer_dots_equal_the_plain_loops() {
                 (simd - exact).abs() <= 1e-4 * m + 1e-6,
                 "{ty} {cols}: {simd} vs {exact}"
             );
-            // Eleven tokens: two groups of four and one of three, each block unpacked once
+            // Eleven tokens: blocks of 32 in two groups of four and one of three,
+            // K-quants in a group of eight and one of three, each block unpacked once
             // per group.
             let t = 11;
             let xs = values(t * cols, 60 + i as u64);

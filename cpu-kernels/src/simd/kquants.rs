@@ -175,6 +175,73 @@ fn dot_of(ty: KQuant, row: &[u8], x: Acts) -> f32 {
     sum4(acc) + extra
 }
 
+/// Tokens one pass of `dots` takes: each super-block is unpacked, and its weights
+/// scaled, once for all of them (a speculative check has at most 8 positions).
+const GROUP: usize = 8;
+
+/// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of
+/// `cols`). Each token's sum is `dot`'s bit for bit (speculative checks rely on it):
+/// the same integers — the weights times their sub-scale in i16 lanes (|q·sc| ≤
+/// 4096) before the products, where `dot` scales the i32 sums after them, which is
+/// the same integer without overflow — and the same f32 operations in the same order.
+/// Scaling the shared weights takes the i32 multiplies out of each token's work.
+pub fn dots(ty: KQuant, row: &[u8], x: Acts, cols: usize, out: &mut [f32]) {
+    for (g, o) in out.chunks_mut(GROUP).enumerate() {
+        each_format!(ty, dots_of(row, x, cols, g * GROUP, o));
+    }
+}
+
+/// Weights `w` (i8x16) as two i16x8 times `sc`.
+#[inline(always)]
+fn scaled(w: v128, sc: i16) -> [v128; 2] {
+    let sc = i16x8_splat(sc);
+    [
+        i16x8_mul(i16x8_extend_low_i8x16(w), sc),
+        i16x8_mul(i16x8_extend_high_i8x16(w), sc),
+    ]
+}
+
+#[inline(always)]
+fn dots_of(ty: KQuant, row: &[u8], x: Acts, cols: usize, t0: usize, out: &mut [f32]) {
+    let n = out.len();
+    let last = t0 + n - 1;
+    let xs: [Acts; GROUP] = core::array::from_fn(|t| x.token((t0 + t).min(last), cols));
+    let (mut s, h) = (Super::default(), halves());
+    let mut acc = [f32x4_splat(0.0); GROUP];
+    let mut extra = [0f32; GROUP];
+    for (i, b) in row.chunks_exact(ty.bytes()).enumerate() {
+        scales(ty, b, &mut s, |v| f16_at(h, v, 0));
+        let w = weights(ty, b);
+        let mut mins = [0f32; GROUP];
+        for k in 0..8 {
+            let (a0, a1, blk) = (2 * k, 2 * k + 1, 8 * i + k);
+            let ([w0, w1], [w2, w3]) = (scaled(w[a0], s.sc[a0]), scaled(w[a1], s.sc[a1]));
+            for t in 0..n {
+                let xv = acts(xs[t].q, blk * 32);
+                let p0 = i32x4_add(i32x4_dot_i16x8(w0, xv[0]), i32x4_dot_i16x8(w1, xv[1]));
+                let p1 = i32x4_add(i32x4_dot_i16x8(w2, xv[2]), i32x4_dot_i16x8(w3, xv[3]));
+                let dx = xs[t].d[blk];
+                let mut v = f32x4_mul(
+                    f32x4_convert_i32x4(i32x4_add(p0, p1)),
+                    f32x4_splat(s.d * dx),
+                );
+                match ty {
+                    KQuant::Q2K => v = f32x4_sub(v, q2k_mins(&xv, &s, k, dx)),
+                    KQuant::Q4K | KQuant::Q5K => mins[t] += s.mn[a0] as f32 * xs[t].s[blk],
+                    KQuant::Q3K | KQuant::Q6K => {}
+                }
+                acc[t] = f32x4_add(acc[t], v);
+            }
+        }
+        for t in 0..n {
+            extra[t] -= s.dmin * mins[t];
+        }
+    }
+    for (t, o) in out.iter_mut().enumerate() {
+        *o = sum4(acc[t]) + extra[t];
+    }
+}
+
 fn sum4(v: v128) -> f32 {
     f32x4_extract_lane::<0>(v)
         + f32x4_extract_lane::<1>(v)

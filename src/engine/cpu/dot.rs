@@ -130,7 +130,8 @@ pub fn dot_scalar(ty: GgmlType, row: &[u8], x: Acts) -> f32 {
 
 /// `row · x_t` into `out[t]` for the first `out.len()` tokens of `x` (rows of `cols`):
 /// with SIMD each block of 32 is unpacked once for four tokens (prefill, a
-/// speculative check; `x` made `with_lanes`). Each token's sum is `dot`'s, bit for
+/// speculative check; `x` made `with_lanes`), a K-quant super-block once for up to
+/// eight (a speculative check). Each token's sum is `dot`'s, bit for
 /// bit: the same products added in the same order (speculative decoding relies on it).
 pub fn dots(f: Format, row: &[u8], x: &Q16, cols: usize, out: &mut [f32]) {
     fastest::dots(f, row, x.acts(), x.lanes(), cols, out)
