@@ -28,6 +28,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf.quants import dequantize
+from make_families import copy_fields, f32_copy
 
 HIDDEN, HEADS, KV_HEADS, FFN = 3072, 48, 16, 8192
 SHAPE_KEYS = {
@@ -75,20 +76,15 @@ def grow(src: str, out: str) -> None:
         raise SystemExit("grow_model: the source needs heads of 64 in GQA groups of 3")
     r = hidden / HIDDEN
     writer = gguf.GGUFWriter(out, "llama")
-    for name, field in f.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        if name in SHAPE_KEYS or name == "llama.attention.layer_norm_rms_epsilon":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if name == "general.name":
-            value = f"{value} grown to 3B shape (zero-padded)"
-        writer.add_key_value(name, value, vtype, sub_type=sub)
+    eps_key = "llama.attention.layer_norm_rms_epsilon"
+    skip = {*SHAPE_KEYS, eps_key, "general.file_type", "general.name"}
+    copy_fields(reader, writer, "llama", skip=skip)
+    name = f["general.name"].contents() if "general.name" in f else "model"
+    writer.add_key_value("general.name", f"{name} grown to 3B shape (zero-padded)",
+                         gguf.GGUFValueType.STRING)
     for key, value in SHAPE_KEYS.items():
         writer.add_key_value(key, value, gguf.GGUFValueType.UINT32)
-    writer.add_key_value("llama.attention.layer_norm_rms_epsilon", eps * r,
+    writer.add_key_value(eps_key, eps * r,
                          gguf.GGUFValueType.FLOAT32)
     writer.add_key_value("general.file_type", 1, gguf.GGUFValueType.UINT32)  # F16
     for t in reader.tensors:
@@ -121,13 +117,12 @@ def last_logits(path: str) -> np.ndarray:
 
 def check(src: str, grown: str, work: Path) -> None:
     """The grown F16 file's logits against the source's own weights in f32."""
-    from make_families import f32_copy
     plain = work / "source.f32.gguf"
     f32_copy(Path(src), plain)
     gap = float(np.abs(last_logits(str(plain)) - last_logits(grown)).max())
     print(f"grow_model: largest logit gap to the source on {PROMPT!r}: {gap:.4f}")
     if gap > MAX_LOGIT_GAP:
-        raise SystemExit(f"grow_model: the grown model does not compute the source's function")
+        raise SystemExit("grow_model: the grown model does not compute the source's function")
 
 
 def quantize(f16: str, out: str) -> None:
