@@ -3,7 +3,7 @@
 /**
  * What went wrong, stable across versions (messages are for people and may change):
  * - NoWebGPU: this browser has no WebGPU (or the page is not a secure context)
- * - NoAdapter: WebGPU is there but gave no GPU adapter or device
+ * - NoAdapter: WebGPU is there but gave no GPU adapter (none within 15 s counts) or device
  * - Download: fetching or reading the model (or an adapter's files) failed, or Pippin's
  *   own wasm (its guided module, fetched at the first guided reply) could not be fetched
  * - Storage: a model that loaded could not be kept in Cache Storage (over quota, a full

@@ -54,6 +54,12 @@ const NO_ADAPTER =
   "(on Linux, Chrome needs chrome://flags/#enable-unsafe-webgpu or --enable-unsafe-webgpu). " +
   'backend: "auto" (the default) or "cpu" runs on the CPU instead.';
 
+/** How long a load waits for a GPU adapter before it runs without one. */
+const ADAPTER_MS = 15_000;
+const ADAPTER_LATE =
+  `WebGPU gave no GPU adapter within ${ADAPTER_MS / 1000} s (the browser's GPU process may have crashed or hung). ` +
+  'backend: "auto" (the default) or "cpu" runs on the CPU instead.';
+
 /** What this browser has of WebGPU: "missing", "noAdapter", "software" (a fallback or
  * CPU adapter such as SwiftShader) or "hardware". The engine picks the backend from it;
  * asking for "webgpu" where there is none is a clear PippinError here. */
@@ -67,13 +73,23 @@ async function probeWebGPU(backend) {
     return "missing";
   }
   let adapter = null;
+  let late = false;
   try {
-    adapter = await navigator.gpu.requestAdapter();
+    // WebGPU lets requestAdapter take as long as it likes (a GPU process that
+    // crashed or hangs): a load must not wait on it forever.
+    let timer;
+    const slow = new Promise((resolve) => {
+      timer = setTimeout(() => {
+        late = true;
+        resolve(null);
+      }, ADAPTER_MS);
+    });
+    adapter = await Promise.race([navigator.gpu.requestAdapter(), slow]).finally(() => clearTimeout(timer));
   } catch {
     adapter = null;
   }
   if (!adapter) {
-    if (backend === "webgpu") throw new PippinError("NoAdapter", NO_ADAPTER);
+    if (backend === "webgpu") throw new PippinError("NoAdapter", late ? ADAPTER_LATE : NO_ADAPTER);
     return "noAdapter";
   }
   // adapter.info is Chrome 127+; isFallbackAdapter was on the adapter itself before.

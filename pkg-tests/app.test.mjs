@@ -1154,6 +1154,16 @@ test("without WebGPU the package runs on the CPU backend; asking for WebGPU says
       for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
       const info = m.info();
       await m.dispose();
+      // A GPU process that never answers (crashed or hung): the load is not held up
+      // for longer than the package's bound.
+      const gpu = navigator.gpu;
+      gpu.requestAdapter = () => new Promise(() => {});
+      const t0 = performance.now();
+      const [hung, onCpu] = await Promise.all([
+        err(() => Pippin.load("/models/none.gguf", { backend: "webgpu" })),
+        Pippin.load(url, { cache: false }).then(async (h) => [h.info(), await h.dispose()][0]),
+      ]);
+      const hungMs = performance.now() - t0;
       // A browser without WebGPU at all.
       Object.defineProperty(navigator, "gpu", { value: undefined });
       const noWebGPU = await err(() => Pippin.load("/models/none.gguf", { backend: "webgpu" }));
@@ -1161,7 +1171,7 @@ test("without WebGPU the package runs on the CPU backend; asking for WebGPU says
       const cpuInfo = cpu.info();
       await cpu.dispose();
       const badBackend = await err(() => Pippin.load(url, { backend: "gpu" }));
-      return { noAdapter, noWebGPU, text, info, cpuInfo, badBackend };
+      return { noAdapter, noWebGPU, text, info, cpuInfo, badBackend, hung, onCpu, hungMs };
     }, MODEL);
     assert.match(r.noAdapter, /^NoAdapter: .*--enable-unsafe-webgpu/);
     assert.match(r.noWebGPU, /^NoWebGPU: .*Chrome or Edge 113\+/);
@@ -1171,6 +1181,10 @@ test("without WebGPU the package runs on the CPU backend; asking for WebGPU says
     assert.equal(r.cpuInfo.backend, "cpu");
     assert.match(r.cpuInfo.backendReason, /not available/);
     assert.match(r.badBackend, /^BadOptions: backend must be/);
+    assert.match(r.hung, /^NoAdapter: WebGPU gave no GPU adapter within 15 s/);
+    assert.equal(r.onCpu.backend, "cpu");
+    assert.match(r.onCpu.backendReason, /no adapter/);
+    assert.ok(r.hungMs < 60_000, `${r.hungMs} ms`);
   } finally {
     await b.close();
   }

@@ -23,7 +23,7 @@ pub enum WebGpuProbe {
     /// No `navigator.gpu`.
     #[default]
     Missing,
-    /// `requestAdapter()` gave none (blocklisted or disabled GPU).
+    /// `requestAdapter()` gave none (blocklisted or disabled GPU), or did not answer in time.
     NoAdapter,
     /// A fallback or CPU adapter (SwiftShader, llvmpipe, lavapipe).
     Software,
@@ -44,7 +44,7 @@ pub fn choose(request: BackendRequest, probe: WebGpuProbe) -> (BackendKind, &'st
             "the only WebGPU adapter is a software one (e.g. SwiftShader): the CPU backend is faster",
         ),
         (BackendRequest::Auto, WebGpuProbe::NoAdapter) => {
-            (BackendKind::Cpu, "WebGPU gave no adapter (GPU blocklisted or disabled)")
+            (BackendKind::Cpu, "WebGPU gave no adapter (GPU blocklisted, disabled or not answering)")
         }
         (BackendRequest::Auto, WebGpuProbe::Missing) => {
             (BackendKind::Cpu, "WebGPU is not available in this browser")
