@@ -165,18 +165,26 @@ test("memory: a small wasm heap while loading, GPU memory by kind, and load/disp
 });
 
 test("memory: a 500 MB model loads within 64 MiB of wasm heap", async (t) => {
-  // Written by `pippin make-large` (scripts/test): a 410 MB f32 embedding, 2 layers.
-  const s = await page.evaluate(async () => {
-    const before = llm.stats().wasmHeapBytes;
-    const m = await Pippin.load("/target/large-synthetic.gguf", { cache: false, maxContext: 64, backend: "webgpu" });
-    const s = m.stats();
-    await m.dispose();
-    return { ...s, added: s.wasmHeapPeakBytes - before };
-  });
-  t.diagnostic(`large model: ${JSON.stringify(s)}`);
-  const MiB = 1 << 20;
-  assert.ok(s.gpuBytes.weights >= 400 * MiB, `${s.gpuBytes.weights} bytes of weights`);
-  assert.ok(s.added <= 64 * MiB, `heap peak ${s.added} bytes above the shared model's`);
+  // In a browser of its own: SwiftShader's GPU process can stay busy long after half a
+  // gigabyte of buffers is freed (a later requestAdapter then waits), and that must
+  // not reach the shared page's tests.
+  const [b, p] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
+  try {
+    // Written by `pippin make-large` (scripts/test): a 410 MB f32 embedding, 2 layers.
+    const s = await p.evaluate(async () => {
+      const m = await Pippin.load("/target/large-synthetic.gguf", { cache: false, maxContext: 64, backend: "webgpu" });
+      const s = m.stats();
+      await m.dispose();
+      return s;
+    });
+    t.diagnostic(`large model: ${JSON.stringify(s)}`);
+    const MiB = 1 << 20;
+    assert.ok(s.gpuBytes.weights >= 400 * MiB, `${s.gpuBytes.weights} bytes of weights`);
+    // Nothing else is loaded in this page: the peak is all the load's.
+    assert.ok(s.wasmHeapPeakBytes <= 64 * MiB, `heap peak ${s.wasmHeapPeakBytes} bytes`);
+  } finally {
+    await b.close();
+  }
 });
 
 test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU reference does", async () => {
