@@ -3,7 +3,7 @@
 // progress, stream replies, abort and continue, and the error cases. SwiftShader is a
 // software adapter, so "auto" runs the shared model on the CPU backend; the WebGPU
 // backend is asked for by name where it is what a test checks.
-import { test, before, after } from "node:test";
+import { test as nodeTest, before, after } from "node:test";
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -21,6 +21,10 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const SPLIT_FIRST = "/models/fixtures/split/SmolLM2-135M-Instruct-00001-of-00003.gguf";
 const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+
+/** Each test has 5 minutes (the slowest takes ~1): one that hangs fails with its own
+ * name. (`node --test --test-timeout` would bound each file as a whole.) */
+const test = (name, fn) => nodeTest(name, { timeout: 300_000 }, fn);
 
 let server, base, browser, page;
 const consoleErrors = [];
