@@ -57,7 +57,7 @@ const NO_ADAPTER =
 /** How long a load waits for a GPU adapter before it runs without one. */
 const ADAPTER_MS = 15_000;
 const ADAPTER_LATE =
-  `WebGPU gave no GPU adapter within ${ADAPTER_MS / 1000} s (the browser's GPU process may have crashed or hung). ` +
+  `WebGPU gave no GPU adapter within ${ADAPTER_MS / 1000} s (the browser's GPU process is hung or busy). ` +
   'backend: "auto" (the default) or "cpu" runs on the CPU instead.';
 
 /** What this browser has of WebGPU: "missing", "noAdapter", "software" (a fallback or
@@ -76,7 +76,8 @@ async function probeWebGPU(backend) {
   let late = false;
   try {
     // WebGPU lets requestAdapter take as long as it likes (a GPU process that
-    // crashed or hangs): a load must not wait on it forever.
+    // is hung or busy; one that was killed answers at once): a load must not wait
+    // on it forever.
     let timer;
     const slow = new Promise((resolve) => {
       timer = setTimeout(() => {

@@ -1166,7 +1166,7 @@ test("without WebGPU the package runs on the CPU backend; asking for WebGPU says
       for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
       const info = m.info();
       await m.dispose();
-      // A GPU process that never answers (crashed or hung): the load is not held up
+      // A GPU process that never answers (hung or busy): the load is not held up
       // for longer than the package's bound.
       const gpu = navigator.gpu;
       gpu.requestAdapter = () => new Promise(() => {});
