@@ -64,7 +64,7 @@ pub struct Options {
     pub sensitivity_tokens: usize,
     /// GPTQ-style error feedback when assigning indices (needs calibration). Off by
     /// default: on the default model it did not lower held-out perplexity at 4 bits
-    /// or mixed, only when every matrix is 2-bit (README, Palettization).
+    /// or mixed, only when every matrix is 2-bit (docs/palettization.md).
     pub error_feedback: bool,
 }
 
@@ -185,7 +185,7 @@ pub fn convert(
         )),
         None => None,
     };
-    let entries = plan_bits(&mut reference, cal.as_ref(), opts, log);
+    let entries = plan_bits(&mut reference, cal.as_ref(), opts, log)?;
     let mut w = Writer::new();
     carry_metadata(&g, &mut w, opts, &entries);
     write_tensors(
@@ -257,7 +257,7 @@ fn plan_bits(
     cal: Option<&Calibration>,
     opts: &Options,
     log: &mut dyn FnMut(&str),
-) -> Vec<Entry> {
+) -> Result<Vec<Entry>> {
     let c = &r.config;
     let mut entries: Vec<Entry> = (0..c.n_layers)
         .flat_map(|l| {
@@ -274,7 +274,7 @@ fn plan_bits(
         })
         .collect();
     if let (Bits::Mixed, Some(cal)) = (opts.bits, cal) {
-        let sens = plan::sensitivities(r, cal, opts.rows_per_lut_2bit, opts.seed, log);
+        let sens = plan::sensitivities(r, cal, opts.rows_per_lut_2bit, opts.seed, log)?;
         let shapes: Vec<_> = entries.iter().map(|e| (e.rows, e.cols)).collect();
         let bits = plan::choose(&shapes, &sens, opts.target_bpw, &|b| {
             opts.rows_per_lut_for(b)
@@ -289,7 +289,7 @@ fn plan_bits(
             log(&format!("  layer {l:2}: {}", bits.join(" ")));
         }
     }
-    entries
+    Ok(entries)
 }
 
 fn carry_metadata(g: &Gguf, w: &mut Writer, opts: &Options, entries: &[Entry]) {

@@ -83,7 +83,7 @@ impl Calibration {
                     }
                     importance.insert((l, s), acc);
                 }
-            });
+            })?;
         }
         let factors = hessians
             .into_par_iter()
@@ -105,11 +105,11 @@ impl Calibration {
 
     /// Mean KL(base ‖ r) over the calibration positions, for a model that differs
     /// from the calibrated one only from layer `from` on.
-    pub fn divergence(&self, r: &Reference, from: usize) -> f64 {
+    pub fn divergence(&self, r: &Reference, from: usize) -> Result<f64> {
         let c = &r.config;
         let mut x = self.layer_inputs[from].clone();
         let mut cache = KvCache::new(c);
-        r.layers(from..c.n_layers, &mut x, &mut cache, &mut |_, _, _| {});
+        r.layers(from..c.n_layers, &mut x, &mut cache, &mut |_, _, _| {})?;
         let mut logits = r.logits(&x, true);
         let total: f64 = logits
             .par_chunks_mut(c.vocab_size)
@@ -122,7 +122,7 @@ impl Calibration {
                     .sum::<f64>()
             })
             .sum();
-        total / self.tokens as f64
+        Ok(total / self.tokens as f64)
     }
 }
 
@@ -154,7 +154,7 @@ pub fn sensitivities(
     rows_per_lut: usize,
     seed: u64,
     log: &mut dyn FnMut(&str),
-) -> Vec<f64> {
+) -> Result<Vec<f64>> {
     let c = r.config.clone();
     let mut out = Vec::with_capacity(c.n_layers * Proj::ALL.len());
     for l in 0..c.n_layers {
@@ -163,7 +163,7 @@ pub fn sensitivities(
             let w = p.of_mut(&mut r.weights.layers[l]);
             let pal = quantize(w, shape, 2, rows_per_lut, seed, Some(cal), (l, m));
             let original = std::mem::replace(w, pal.dequantize());
-            out.push(cal.divergence(r, l));
+            out.push(cal.divergence(r, l)?);
             *p.of_mut(&mut r.weights.layers[l]) = original;
         }
         let row = &out[l * Proj::ALL.len()..];
@@ -175,7 +175,7 @@ pub fn sensitivities(
                 .join(" ")
         ));
     }
-    out
+    Ok(out)
 }
 
 /// 2 or 4 bits for each matrix (`shapes` = rows, cols), so that their average bits per

@@ -69,8 +69,9 @@ impl Proj {
         }
     }
 
-    /// The projection's weights in a CPU reference layer.
-    pub fn of(self, l: &Layer) -> &Vec<f32> {
+    /// The projection's weights in a layer (f32 in the reference, quantized in the CPU
+    /// backend).
+    pub fn of<M>(self, l: &Layer<M>) -> &M {
         match self {
             Proj::Q => &l.wq,
             Proj::K => &l.wk,

@@ -1,9 +1,10 @@
 //! The whole forward pass in plain f32 Rust on the CPU: the ground truth for every GPU
 //! kernel and for the engine. Clear over clever; matmuls run on all cores.
 
-use super::arch::{Block, Mixer};
+use super::arch::block::{self, Block, LayerOps, Norm, Projs};
 use super::config::{Activation, Config, RopeStyle};
 use super::linear::Linear;
+pub use super::linear::{dot, matmul};
 use super::lora::Adapter;
 use super::short_conv::ConvState;
 use super::weights::{Layer, Weights};
@@ -175,7 +176,7 @@ impl<M: Linear> Reference<M> {
         let mut x = self.embed(tokens)?;
         let mut ignore = |_: usize, _: Site, _: &[f32]| {};
         for l in 0..c.n_layers {
-            self.layer(l, &mut x, cache, &mut ignore, adapter);
+            self.layer(l, &mut x, cache, &mut ignore, adapter)?;
         }
         cache.advance(tokens.len());
         Ok(x)
@@ -209,10 +210,11 @@ impl<M: Linear> Reference<M> {
         x: &mut [f32],
         cache: &mut dyn KvStore,
         observe: Observer,
-    ) {
+    ) -> Result<()> {
         for l in layers {
-            self.layer(l, x, cache, observe, None);
+            self.layer(l, x, cache, observe, None)?;
         }
+        Ok(())
     }
 
     fn layer(
@@ -222,26 +224,17 @@ impl<M: Linear> Reference<M> {
         cache: &mut dyn KvStore,
         observe: Observer,
         adapter: Option<&Adapter>,
-    ) {
-        let layer = &self.weights.layers[l];
-        let (c, at) = (&self.config, Matmuls { l, adapter });
-        let block = c.block(l);
-        // The token mixer (attention, or LFM2's short convolution) between its norm and
-        // its output projection, which both mixers share.
-        let h = rmsnorm(x, &layer.attn_norm, c.rms_eps);
-        observe(l, Site::Attention, &h);
-        let (mixed, cols, post) = match block.mixer {
-            Mixer::Attention => (
-                self.attend(layer, &h, cache, at),
-                c.q_dim(),
-                layer.post_attn_norm.as_deref(),
-            ),
-            Mixer::ShortConv => (self.convolve(layer, &h, cache, at), c.hidden, None),
+    ) -> Result<()> {
+        let c = &self.config;
+        let mut ops = RefLayer {
+            r: self,
+            w: &self.weights.layers[l],
+            at: Matmuls { l, adapter },
+            x,
+            cache,
+            observe,
         };
-        observe(l, Site::AttentionOutput, &mixed);
-        let out = at.apply(Proj::O, &layer.wo, &mixed, cols);
-        residual(x, out, post, &block, c.rms_eps);
-        self.ffn_block(layer, x, at, observe);
+        block::run(&mut ops, &c.block(l))
     }
 
     /// The output head over the final hidden states: every position's logits, or the
@@ -259,71 +252,127 @@ impl<M: Linear> Reference<M> {
         }
         logits
     }
+}
 
-    /// Attention of the normed input `h` over the cache (its keys and values appended).
-    fn attend(&self, w: &Layer<M>, h: &[f32], kv: &mut dyn KvStore, at: Matmuls) -> Vec<f32> {
-        let c = &self.config;
-        let (l, block) = (at.l, c.block(at.l));
-        let mut q = at.apply(Proj::Q, &w.wq, h, c.hidden);
-        let mut k = at.apply(Proj::K, &w.wk, h, c.hidden);
-        let mut v = at.apply(Proj::V, &w.wv, h, c.hidden);
-        if let Some([bq, bk, bv]) = &w.qkv_bias {
-            add_rows(&mut q, bq);
-            add_rows(&mut k, bk);
-            add_rows(&mut v, bv);
+/// One layer of the reference's forward: the block's operations over rows of floats.
+struct RefLayer<'a, 'o, M> {
+    r: &'a Reference<M>,
+    w: &'a Layer<M>,
+    at: Matmuls<'a>,
+    /// The residual stream `[tokens][hidden]`.
+    x: &'a mut [f32],
+    cache: &'a mut dyn KvStore,
+    observe: Observer<'o>,
+}
+
+/// Values between the reference's operations: one array per projection of a group
+/// (`[tokens][width]` each), or one.
+type Rows = Vec<Vec<f32>>;
+
+fn one(mut v: Rows) -> Result<Vec<f32>> {
+    match v.len() {
+        1 => Ok(v.swap_remove(0)),
+        n => Err(Error::internal(format!(
+            "a value of {n} arrays where one was due"
+        ))),
+    }
+}
+
+/// Where a group's input is seen by calibration.
+fn site(ps: Projs) -> Site {
+    match ps {
+        Projs::Mixer => Site::Attention,
+        Projs::Out => Site::AttentionOutput,
+        Projs::GateUp => Site::Ffn,
+        Projs::Down => Site::FfnDown,
+    }
+}
+
+impl<M: Linear> RefLayer<'_, '_, M> {
+    fn norm_weights(&self, n: Norm) -> Result<&[f32]> {
+        let w = self.w;
+        match n {
+            Norm::Attn => Some(&w.attn_norm[..]),
+            Norm::Ffn => Some(&w.ffn_norm[..]),
+            Norm::PostAttn => w.post_attn_norm.as_deref(),
+            Norm::PostFfn => w.post_ffn_norm.as_deref(),
         }
-        if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
+        .ok_or_else(|| Error::internal(format!("layer {} has no {n:?} norm", self.at.l)))
+    }
+}
+
+impl<M: Linear> LayerOps for RefLayer<'_, '_, M> {
+    type Value = Rows;
+
+    fn norm(&mut self, n: Norm) -> Result<Rows> {
+        let eps = self.r.config.rms_eps;
+        Ok(vec![rmsnorm(self.x, self.norm_weights(n)?, eps)])
+    }
+
+    fn project(&mut self, x: Rows, ps: Projs) -> Result<Rows> {
+        let x = one(x)?;
+        (self.observe)(self.at.l, site(ps), &x);
+        let tokens = self.x.len() / self.r.config.hidden;
+        let cols = x.len() / tokens.max(1);
+        let mut out: Rows = (ps.members().iter())
+            .map(|&p| self.at.apply(p, p.of(self.w), &x, cols))
+            .collect();
+        if let (Projs::Mixer, Some(biases)) = (ps, &self.w.qkv_bias) {
+            out.iter_mut().zip(biases).for_each(|(y, b)| add_rows(y, b));
+        }
+        Ok(out)
+    }
+
+    fn attend(&mut self, qkv: Rows, b: &Block) -> Result<Rows> {
+        let (c, l) = (&self.r.config, self.at.l);
+        let [mut q, mut k, v]: [Vec<f32>; 3] = qkv
+            .try_into()
+            .map_err(|_| Error::internal("attention takes q, k and v"))?;
+        if let (Some(qn), Some(kn)) = (&self.w.q_norm, &self.w.k_norm) {
             q = rmsnorm(&q, qn, c.rms_eps);
             k = rmsnorm(&k, kn, c.rms_eps);
         }
-        if block.rope.is_some() {
-            let freqs = c.rope_freqs(self.weights.rope_freqs.as_deref(), l);
-            let pos0 = kv.positions();
+        if b.rope.is_some() {
+            let freqs = c.rope_freqs(self.r.weights.rope_freqs.as_deref(), l);
+            let pos0 = self.cache.positions();
             let (style, m) = (c.rope_style, c.rope_mscale);
             rope(&mut q, c.q_dim(), c.head_dim, style, &freqs, pos0, m);
             rope(&mut k, c.kv_dim(), c.head_dim, style, &freqs, pos0, m);
         }
-        kv.append(l, &k, &v);
-        kv.attend(l, &q, AttnShape::of(c, block.window))
+        self.cache.append(l, &k, &v);
+        Ok(vec![self.cache.attend(l, &q, AttnShape::of(c, b.window))])
     }
 
-    /// LFM2's gated short convolution of the normed input `h`: B, C, x (rows of
-    /// `in_proj`, held as Q, K, V), y = C ⊙ conv(B ⊙ x); `out_proj` is held as O.
-    fn convolve(&self, w: &Layer<M>, h: &[f32], kv: &mut dyn KvStore, at: Matmuls) -> Vec<f32> {
-        let c = &self.config;
-        let b = at.apply(Proj::Q, &w.wq, h, c.hidden);
-        let gate = at.apply(Proj::K, &w.wk, h, c.hidden);
-        let mut bx = at.apply(Proj::V, &w.wv, h, c.hidden);
+    fn short_conv(&mut self, bcx: Rows) -> Result<Rows> {
+        let c = &self.r.config;
+        let [b, gate, mut bx]: [Vec<f32>; 3] = bcx
+            .try_into()
+            .map_err(|_| Error::internal("a short convolution takes B, C and x"))?;
         bx.iter_mut().zip(&b).for_each(|(v, b)| *v *= b);
-        let taps = w.conv.as_deref().unwrap_or_default();
-        let mut y = kv.conv(at.l, &bx, taps, c.conv_taps);
+        let taps = self.w.conv.as_deref().unwrap_or_default();
+        let mut y = self.cache.conv(self.at.l, &bx, taps, c.conv_taps);
         y.iter_mut().zip(&gate).for_each(|(v, g)| *v *= g);
-        y
+        Ok(vec![y])
     }
 
-    fn ffn_block(&self, w: &Layer<M>, x: &mut [f32], at: Matmuls, observe: Observer) {
-        let c = &self.config;
-        let block = c.block(at.l);
-        let h = rmsnorm(x, &w.ffn_norm, c.rms_eps);
-        observe(at.l, Site::Ffn, &h);
-        let gate = at.apply(Proj::Gate, &w.w_gate, &h, c.hidden);
-        let up = at.apply(Proj::Up, &w.w_up, &h, c.hidden);
-        let mid = glu(block.activation, &gate, &up);
-        observe(at.l, Site::FfnDown, &mid);
-        let out = at.apply(Proj::Down, &w.w_down, &mid, c.ffn_dim);
-        residual(x, out, w.post_ffn_norm.as_deref(), &block, c.rms_eps);
+    fn glu(&mut self, gate_up: Rows, act: Activation) -> Result<Rows> {
+        match &gate_up[..] {
+            [gate, up] => Ok(vec![glu(act, gate, up)]),
+            _ => Err(Error::internal("a GLU takes gate and up")),
+        }
     }
-}
 
-/// A block's output into the residual stream: normed (`post`), scaled, added to x.
-fn residual(x: &mut [f32], mut out: Vec<f32>, post: Option<&[f32]>, b: &Block, eps: f32) {
-    if let Some(pn) = post {
-        out = rmsnorm(&out, pn, eps);
+    fn residual(&mut self, out: Rows, post: Option<Norm>, scale: f32) -> Result<()> {
+        let mut out = one(out)?;
+        if let Some(n) = post {
+            out = rmsnorm(&out, self.norm_weights(n)?, self.r.config.rms_eps);
+        }
+        if scale != 1.0 {
+            out.iter_mut().for_each(|v| *v *= scale);
+        }
+        add_in_place(self.x, &out);
+        Ok(())
     }
-    if b.residual_scale != 1.0 {
-        out.iter_mut().for_each(|v| *v *= b.residual_scale);
-    }
-    add_in_place(x, &out);
 }
 
 /// Adds `bias` to every row of `x`.
@@ -409,44 +458,6 @@ pub fn rope(
             }
         }
     }
-}
-
-/// `x` `[tokens][k]` times `w` `[n][k]` transposed: `[tokens][n]`. Parallel over
-/// blocks of output rows so each weight row is read once for all tokens.
-pub fn matmul(x: &[f32], w: &[f32], k: usize) -> Vec<f32> {
-    let t = x.len() / k;
-    let n = w.len() / k;
-    const BLOCK: usize = 64;
-    let blocks: Vec<Vec<f32>> = w
-        .par_chunks(BLOCK * k)
-        .map(|wb| {
-            let rows = wb.len() / k;
-            let mut out = vec![0f32; rows * t];
-            for (r, wr) in wb.chunks_exact(k).enumerate() {
-                for (ti, xr) in x.chunks_exact(k).enumerate() {
-                    out[r * t + ti] = dot(wr, xr);
-                }
-            }
-            out
-        })
-        .collect();
-    let mut y = vec![0f32; t * n];
-    for (b, out) in blocks.iter().enumerate() {
-        let rows = out.len() / t.max(1);
-        for r in 0..rows {
-            for ti in 0..t {
-                y[ti * n + b * BLOCK + r] = out[r * t + ti];
-            }
-        }
-    }
-    y
-}
-
-/// `Σ a·b`: eight independent sums that LLVM vectorizes natively, SIMD128 in the
-/// browser (`pippin_cpu_kernels::fastest`: the browser build is optimized for size and
-/// LLVM does not vectorize there).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    pippin_cpu_kernels::fastest::dot_f32(a, b)
 }
 
 #[derive(Clone, Copy, Debug)]

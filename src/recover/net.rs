@@ -8,7 +8,7 @@ use super::lora::Loras;
 use super::qat;
 use super::refit::{self, Refit};
 use crate::error::{Error, Result};
-use crate::model::arch::Mixer;
+use crate::model::arch::block::{self, Block, LayerOps, Norm, Projs};
 use crate::model::arch::{GlobalTensor, LayerTensor};
 use crate::model::{Activation, Config, Proj, RopeStyle, Weights};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, Var, D};
@@ -137,7 +137,11 @@ impl Net {
             for l in &w.layers {
                 let m = |p: Proj| -> R<Matrix> {
                     let (rows, cols) = p.shape(c);
-                    Ok(Matrix::Frozen(Frozen(matrix(p.of(l), rows, cols)?)))
+                    Ok(Matrix::Frozen(Frozen(matrix(
+                        p.of::<Vec<f32>>(l),
+                        rows,
+                        cols,
+                    )?)))
                 };
                 let opt = |v: &Option<Vec<f32>>| v.as_deref().map(vector).transpose();
                 layers.push(Layer {
@@ -179,85 +183,42 @@ impl Net {
     /// Logits `[batch][tokens][vocab]` of `tokens` (`[batch][tokens]`, every row from
     /// position 0), with `loras` applied beside the matrices they update.
     pub fn forward(&self, tokens: &Tensor, loras: Option<&Loras>) -> Result<Tensor> {
-        self.run(tokens, loras).map_err(ce)
+        self.run(tokens, loras)
     }
 
-    fn run(&self, tokens: &Tensor, loras: Option<&Loras>) -> R<Tensor> {
+    fn run(&self, tokens: &Tensor, loras: Option<&Loras>) -> Result<Tensor> {
         let c = &self.config;
-        let (b, t) = tokens.dims2()?;
-        let mut x = self
-            .embedding
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, c.hidden))?;
-        if c.embed_scale != 1.0 {
-            x = (x * c.embed_scale as f64)?;
-        }
-        let mask = causal_mask(t, usize::MAX)?;
+        let embed = || -> R<(Tensor, Tensor)> {
+            let (b, t) = tokens.dims2()?;
+            let mut x = self
+                .embedding
+                .index_select(&tokens.flatten_all()?, 0)?
+                .reshape((b, t, c.hidden))?;
+            if c.embed_scale != 1.0 {
+                x = (x * c.embed_scale as f64)?;
+            }
+            Ok((x, causal_mask(t, usize::MAX)?))
+        };
+        let (mut x, mask) = embed().map_err(ce)?;
         for (l, layer) in self.layers.iter().enumerate() {
-            let block = c.block(l);
-            if block.mixer != Mixer::Attention {
-                return Err(candle_core::Error::Msg("a convolution layer".into()));
-            }
-            let lin = |p: Proj, x: &Tensor| linear(x, &layer.proj[p.index()], loras, l, p);
-            // A sub-block's output (normed after, where the family does) scaled and added.
-            let add = |x: &Tensor, out: Tensor, post: Option<&Tensor>| {
-                residual(x, out, post, block.residual_scale, c.rms_eps)
+            let mut ops = NetLayer {
+                net: self,
+                layer,
+                l,
+                loras,
+                x,
+                mask: &mask,
             };
-            // Attention.
-            let h = rmsnorm(&x, &layer.attn_norm, c.rms_eps)?;
-            let (mut q, mut k, mut v) = (lin(Proj::Q, &h)?, lin(Proj::K, &h)?, lin(Proj::V, &h)?);
-            if let Some([bq, bk, bv]) = &layer.bias {
-                q = q.broadcast_add(bq)?;
-                k = k.broadcast_add(bk)?;
-                v = v.broadcast_add(bv)?;
-            }
-            let heads = |x: Tensor, n: usize| -> R<Tensor> {
-                x.reshape((b, t, n, c.head_dim))?
-                    .transpose(1, 2)?
-                    .contiguous()
-            };
-            let (mut q, mut k, v) = (
-                heads(q, c.n_heads)?,
-                heads(k, c.n_kv_heads)?,
-                heads(v, c.n_kv_heads)?,
-            );
-            if let Some((qn, kn)) = &layer.qk_norm {
-                q = rmsnorm(&q, qn, c.rms_eps)?;
-                k = rmsnorm(&k, kn, c.rms_eps)?;
-            }
-            if block.rope.is_some() {
-                let (cos, sin) = self.rope_table(l, t)?;
-                q = rope(&q, &cos, &sin, c)?.contiguous()?;
-                k = rope(&k, &cos, &sin, c)?.contiguous()?;
-            }
-            let window_mask;
-            let m = if block.window == usize::MAX {
-                &mask
-            } else {
-                window_mask = causal_mask(t, block.window)?;
-                &window_mask
-            };
-            let o = attention(&q, &k, &v, m, c)?;
-            let o = o
-                .transpose(1, 2)?
-                .contiguous()?
-                .reshape((b, t, c.q_dim()))?;
-            x = add(&x, lin(Proj::O, &o)?, layer.post_attn_norm.as_ref())?;
-            // MLP.
-            let h = rmsnorm(&x, &layer.ffn_norm, c.rms_eps)?;
-            let gate = lin(Proj::Gate, &h)?;
-            let up = lin(Proj::Up, &h)?;
-            let act = match block.activation {
-                Activation::Silu => gate.silu()?,
-                Activation::GeluTanh => gate.gelu()?,
-            };
-            x = add(
-                &x,
-                lin(Proj::Down, &(act * up)?)?,
-                layer.post_ffn_norm.as_ref(),
-            )?;
+            block::run(&mut ops, &c.block(l))?;
+            x = ops.x;
         }
-        let h = rmsnorm(&x, &self.output_norm, c.rms_eps)?;
+        self.head(&x).map_err(ce)
+    }
+
+    /// The logits of the final hidden states.
+    fn head(&self, x: &Tensor) -> R<Tensor> {
+        let c = &self.config;
+        let h = rmsnorm(x, &self.output_norm, c.rms_eps)?;
         let mut logits = h.apply_op1(self.head.clone())?;
         if c.logit_scale != 1.0 {
             logits = (logits * c.logit_scale as f64)?;
@@ -449,15 +410,157 @@ fn softmax(x: &Tensor) -> R<Tensor> {
     e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
 }
 
-fn residual(x: &Tensor, out: Tensor, post: Option<&Tensor>, scale: f32, eps: f32) -> R<Tensor> {
-    let mut out = match post {
-        Some(n) => rmsnorm(&out, n, eps)?,
-        None => out,
-    };
-    if scale != 1.0 {
-        out = (out * scale as f64)?;
+/// One layer of the candle forward: the block's operations over `[batch][tokens][..]`
+/// tensors.
+struct NetLayer<'a> {
+    net: &'a Net,
+    layer: &'a Layer,
+    l: usize,
+    loras: Option<&'a Loras>,
+    /// The residual stream `[batch][tokens][hidden]`.
+    x: Tensor,
+    mask: &'a Tensor,
+}
+
+/// One tensor per projection of a group, or one.
+type Ts = Vec<Tensor>;
+
+fn one(mut v: Ts) -> R<Tensor> {
+    match v.len() {
+        1 => Ok(v.swap_remove(0)),
+        n => Err(candle_core::Error::Msg(format!(
+            "a value of {n} tensors where one was due"
+        ))),
     }
-    x + out
+}
+
+impl NetLayer<'_> {
+    fn norm_weights(&self, n: Norm) -> R<&Tensor> {
+        let w = self.layer;
+        match n {
+            Norm::Attn => Some(&w.attn_norm),
+            Norm::Ffn => Some(&w.ffn_norm),
+            Norm::PostAttn => w.post_attn_norm.as_ref(),
+            Norm::PostFfn => w.post_ffn_norm.as_ref(),
+        }
+        .ok_or_else(|| candle_core::Error::Msg(format!("layer {} has no {n:?} norm", self.l)))
+    }
+}
+
+impl LayerOps for NetLayer<'_> {
+    type Value = Ts;
+
+    fn norm(&mut self, n: Norm) -> Result<Ts> {
+        let eps = self.net.config.rms_eps;
+        Ok(vec![rmsnorm(
+            &self.x,
+            self.norm_weights(n).map_err(ce)?,
+            eps,
+        )
+        .map_err(ce)?])
+    }
+
+    fn project(&mut self, x: Ts, ps: Projs) -> Result<Ts> {
+        let run = || -> R<Ts> {
+            let x = one(x)?;
+            let mut out = Vec::with_capacity(ps.members().len());
+            for &p in ps.members() {
+                out.push(linear(
+                    &x,
+                    &self.layer.proj[p.index()],
+                    self.loras,
+                    self.l,
+                    p,
+                )?);
+            }
+            if let (Projs::Mixer, Some(biases)) = (ps, &self.layer.bias) {
+                for (y, b) in out.iter_mut().zip(biases) {
+                    *y = y.broadcast_add(b)?;
+                }
+            }
+            Ok(out)
+        };
+        run().map_err(ce)
+    }
+
+    fn attend(&mut self, qkv: Ts, blk: &Block) -> Result<Ts> {
+        let (c, l) = (&self.net.config, self.l);
+        let run = || -> R<Ts> {
+            let [q, k, v]: [Tensor; 3] = qkv
+                .try_into()
+                .map_err(|_| candle_core::Error::Msg("attention takes q, k and v".into()))?;
+            let (b, t, _) = q.dims3()?;
+            let heads = |x: Tensor, n: usize| -> R<Tensor> {
+                x.reshape((b, t, n, c.head_dim))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let (mut q, mut k, v) = (
+                heads(q, c.n_heads)?,
+                heads(k, c.n_kv_heads)?,
+                heads(v, c.n_kv_heads)?,
+            );
+            if let Some((qn, kn)) = &self.layer.qk_norm {
+                q = rmsnorm(&q, qn, c.rms_eps)?;
+                k = rmsnorm(&k, kn, c.rms_eps)?;
+            }
+            if blk.rope.is_some() {
+                let (cos, sin) = self.net.rope_table(l, t)?;
+                q = rope(&q, &cos, &sin, c)?.contiguous()?;
+                k = rope(&k, &cos, &sin, c)?.contiguous()?;
+            }
+            let window_mask;
+            let m = if blk.window == usize::MAX {
+                self.mask
+            } else {
+                window_mask = causal_mask(t, blk.window)?;
+                &window_mask
+            };
+            let o = attention(&q, &k, &v, m, c)?;
+            Ok(vec![o.transpose(1, 2)?.contiguous()?.reshape((
+                b,
+                t,
+                c.q_dim(),
+            ))?])
+        };
+        run().map_err(ce)
+    }
+
+    fn short_conv(&mut self, _bcx: Ts) -> Result<Ts> {
+        Err(Error::unsupported(
+            "recovery adapters: short-convolution layers (LFM2)",
+        ))
+    }
+
+    fn glu(&mut self, gate_up: Ts, act: Activation) -> Result<Ts> {
+        let run = || -> R<Ts> {
+            let [gate, up]: [Tensor; 2] = gate_up
+                .try_into()
+                .map_err(|_| candle_core::Error::Msg("a GLU takes gate and up".into()))?;
+            let act = match act {
+                Activation::Silu => gate.silu()?,
+                Activation::GeluTanh => gate.gelu()?,
+            };
+            Ok(vec![(act * up)?])
+        };
+        run().map_err(ce)
+    }
+
+    fn residual(&mut self, out: Ts, post: Option<Norm>, scale: f32) -> Result<()> {
+        let eps = self.net.config.rms_eps;
+        let run = || -> R<Tensor> {
+            let mut out = one(out)?;
+            if let Some(n) = post {
+                out = rmsnorm(&out, self.norm_weights(n)?, eps)?;
+            }
+            if scale != 1.0 {
+                out = (out * scale as f64)?;
+            }
+            &self.x + out
+        };
+        self.x = run().map_err(ce)?;
+        Ok(())
+    }
 }
 
 /// Token ids as a `[batch][tokens]` tensor.

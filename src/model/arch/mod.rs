@@ -3,7 +3,7 @@
 //! (the `Config` the forwards read). Tensor names are spelled in `tensors` only. A new
 //! family that reuses existing steps is a new module and a line in `Arch`.
 
-mod block;
+pub mod block;
 mod gemma2;
 mod gemma3;
 mod granite;
@@ -16,7 +16,7 @@ mod qwen3;
 mod smollm3;
 pub mod tensors;
 
-pub use block::{Block, Mixer, Rope};
+pub use block::{Block, LayerOps, Mixer, Norm, Projs, Rope};
 pub use keys::Keys;
 pub use tensors::{GlobalTensor, LayerTensor};
 

@@ -4,6 +4,7 @@
 
 use super::GpuSession;
 use crate::engine::gpu::lora::{GpuLora, GpuLoraAdapter};
+use crate::engine::gpu::GpuLayer;
 use crate::engine::gpu::GpuModel;
 use crate::error::{Error, Result};
 use crate::kernels::attention;
@@ -13,6 +14,7 @@ use crate::kernels::sample;
 use crate::kernels::short_conv::{self, ConvIo};
 use crate::kernels::stacked::Stacked;
 use crate::kernels::Pass;
+use crate::model::arch::block::{self, Block, LayerOps, Norm, Projs};
 use crate::model::arch::Rope;
 use crate::model::{Activation, Proj};
 
@@ -114,10 +116,10 @@ impl GpuSession {
         Ok(())
     }
 
-    /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`). A
-    /// fused decode step's layer is five dispatches without adapters (norm+QKV,
-    /// attention, O, norm+gate|up+GLU, down) while the context allows one-pass
-    /// attention.
+    /// Records the forward pass of `n` tokens at `pos0` (already in `b.tokens`): each
+    /// layer is `block::run` over the operations below. A fused decode step's layer is
+    /// five dispatches without adapters (norm+QKV, attention, O, norm+gate|up+GLU,
+    /// down) while the context allows one-pass attention.
     pub(super) fn encode_layers(
         &self,
         m: &GpuModel,
@@ -140,11 +142,15 @@ impl GpuSession {
                 lora: &lora,
                 n,
             };
-            match &m.layers[l].conv {
-                Some(taps) => self.encode_conv(at, taps, pass)?,
-                None => self.encode_attention(at, pass, pos0)?,
-            }
-            self.encode_mlp(at, pass)?;
+            let block = c.block(l);
+            let mut ops = GpuLayerOps {
+                s: self,
+                at,
+                block,
+                pos0,
+                pass: &mut *pass,
+            };
+            block::run(&mut ops, &block)?;
         }
         Ok(())
     }
@@ -192,142 +198,6 @@ impl GpuSession {
         }
     }
 
-    fn encode_attention(&self, at: LayerAt, pass: &mut Pass, pos0: usize) -> Result<()> {
-        let LayerAt { m, l, lora, n } = at;
-        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
-        let (qd, kd, kv) = (c.q_dim(), c.kv_dim(), self.opts.kv);
-        let stride = qd + 2 * kd;
-        let loras: Vec<_> = [(Proj::Q, 0), (Proj::K, qd), (Proj::V, qd + kd)]
-            .into_iter()
-            .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
-            .collect();
-        let has_lora = !loras.is_empty();
-        self.normed_matmul(
-            m,
-            pass,
-            &w.qkv,
-            &w.attn_norm,
-            None,
-            has_lora,
-            &b.qkv,
-            stride,
-            n,
-        )?;
-        for (lo, off) in loras {
-            let io = Io {
-                y_offset: off,
-                accumulate: true,
-                ..Io::new((&b.h, c.hidden), (&b.qkv, stride))
-            };
-            self.lora(pass, lo, &io, n)?;
-        }
-        if let Some(bias) = &w.qkv_bias {
-            elementwise::bias_add(pass, bias, &b.qkv, stride, stride, n)?;
-        }
-        let block = c.block(l);
-        let table = &b.rope[(block.rope == Some(Rope::Local)) as usize];
-        let (rotate, cache, qk_norm) = (block.rope.is_some(), &self.cache[l], w.qk_norm.as_ref());
-        let (qkv, att) = (&b.qkv, &b.att);
-        let cache = attention::CacheIo {
-            c,
-            format: kv,
-            qkv,
-            cache,
-        };
-        if self.decodes(n) && attention::one_pass(pos0 + n) {
-            attention::decode_fused(pass, &cache, (table, rotate), qk_norm, att)?;
-        } else {
-            if rotate || qk_norm.is_some() {
-                elementwise::rope(pass, c, table, rotate, qkv, qk_norm, n)?;
-            }
-            attention::kv_write(pass, &cache, n)?;
-            match n {
-                1 => attention::decode(pass, &cache, &b.part, att, pos0 + 1)?,
-                _ => attention::prefill(pass, &cache, att, n)?,
-            }
-        }
-        let post = w.post_norms.as_ref().map(|(a, _)| a);
-        let wo = (&w.wo, lora(Proj::O));
-        self.add_output(m, pass, (&b.att, qd), wo, post, block.residual_scale, n)
-    }
-
-    /// LFM2's convolution layer: B|C|x = in_proj(rmsnorm(x)) (held as the Q, K, V
-    /// stack), y = C ⊙ conv(B ⊙ x) over the layer's state ring, out_proj (held as O)
-    /// added to x. Three dispatches for one token: norm+in_proj, the convolution,
-    /// out_proj.
-    fn encode_conv(&self, at: LayerAt, taps: &wgpu::Buffer, pass: &mut Pass) -> Result<()> {
-        let LayerAt { m, l, lora, n } = at;
-        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
-        let (h, stride) = (c.hidden, 3 * c.hidden);
-        self.normed_matmul(
-            m,
-            pass,
-            &w.qkv,
-            &w.attn_norm,
-            None,
-            false,
-            &b.qkv,
-            stride,
-            n,
-        )?;
-        let (state, slots) = (&self.cache[l].k, self.cache[l].slots);
-        let io = ConvIo {
-            bcx: &b.qkv,
-            stride,
-            taps,
-            state,
-            slots,
-            y: &b.att,
-        };
-        short_conv::short_conv(pass, h, c.conv_taps, &io)?;
-        let io = Io {
-            accumulate: true,
-            scale: c.block(l).residual_scale,
-            ..Io::new((&b.att, h), (&b.x, h))
-        };
-        self.project(pass, (&w.wo, lora(Proj::O)), &io, n)
-    }
-
-    fn encode_mlp(&self, at: LayerAt, pass: &mut Pass) -> Result<()> {
-        let LayerAt { m, l, lora, n } = at;
-        let (c, b, w) = (&m.config, &self.b, &m.layers[l]);
-        let (f, block) = (c.ffn_dim, c.block(l));
-        let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
-            .into_iter()
-            .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
-            .collect();
-        let one = matches!(w.gate_up, Stacked::One(_));
-        if self.decodes(n) && one && loras.is_empty() {
-            let act = Some(block.activation);
-            self.normed_matmul(m, pass, &w.gate_up, &w.ffn_norm, act, false, &b.act, f, n)?;
-        } else {
-            let keep = !loras.is_empty();
-            self.normed_matmul(
-                m,
-                pass,
-                &w.gate_up,
-                &w.ffn_norm,
-                None,
-                keep,
-                &b.gu,
-                2 * f,
-                n,
-            )?;
-            for (lo, off) in loras {
-                let io = Io {
-                    y_offset: off,
-                    accumulate: true,
-                    ..Io::new((&b.h, c.hidden), (&b.gu, 2 * f))
-                };
-                self.lora(pass, lo, &io, n)?;
-            }
-            elementwise::glu(pass, block.activation, &b.gu, &b.act, f, n)?;
-        }
-        let post = w.post_norms.as_ref().map(|(_, p)| p);
-        let down = (&w.down, lora(Proj::Down));
-        self.add_output(m, pass, (&b.act, f), down, post, block.residual_scale, n)
-    }
-
     /// The last token's logits — or with `all` every token's, row after row (a
     /// speculative check) — after the repetition penalty (`step.penalty` on the ids in
     /// `penalty_ids`; none listed: unchanged). A decode step folds the final norm into
@@ -366,5 +236,213 @@ impl GpuSession {
             matmul::gemv(pass, m.head(), &io(&b.last), 1)?;
         }
         sample::penalty(pass, &b.penalty_ids, &b.logits, &b.tokens)
+    }
+}
+
+/// An input of a group of projections, on the GPU.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    /// The residual stream x normed by these weights: not recorded yet, so the norm
+    /// can fold into the projections' GEMVs.
+    Normed(&'a wgpu::Buffer),
+    /// Rows of `stride` floats in a buffer.
+    Rows(&'a wgpu::Buffer, usize),
+}
+
+/// A value between the block's operations on the GPU: an input, or projections of one
+/// not recorded yet, so that their consumer can fuse them (the GLU into gate|up's
+/// epilogue, the residual add into the output projection).
+#[derive(Clone, Copy)]
+enum Val<'a> {
+    In(Input<'a>),
+    Projected(Input<'a>, Projs),
+}
+
+fn out_of_order(what: &str) -> Error {
+    Error::internal(format!("GPU forward: {what} out of the block's order"))
+}
+
+/// One layer of a forward pass as kernels: the block's operations, recorded.
+struct GpuLayerOps<'s, 'p, 'a, 'e> {
+    s: &'s GpuSession,
+    at: LayerAt<'s>,
+    block: Block,
+    pos0: usize,
+    pass: &'p mut Pass<'a, 'e>,
+}
+
+impl<'s> GpuLayerOps<'s, '_, '_, '_> {
+    fn layer(&self) -> &'s GpuLayer {
+        &self.at.m.layers[self.at.l]
+    }
+
+    /// The mixer's inputs Q|K|V (B|C|x) of `x` recorded into `qkv`: one normed matmul
+    /// over the stack, the adapter's updates, the biases.
+    fn mixer_inputs(&mut self, v: Val<'s>) -> Result<()> {
+        let Val::Projected(Input::Normed(norm_w), Projs::Mixer) = v else {
+            return Err(out_of_order("the mixer's inputs"));
+        };
+        let LayerAt { m, lora, n, .. } = self.at;
+        let (c, b, w) = (&m.config, &self.s.b, self.layer());
+        let widths = Projs::Mixer.widths(c, &self.block);
+        let stride: usize = widths.iter().sum();
+        let offsets = widths.iter().scan(0, |o, w| {
+            *o += w;
+            Some(*o - w)
+        });
+        let loras: Vec<_> = (Projs::Mixer.members().iter().zip(offsets))
+            .filter_map(|(&p, off)| lora(p).map(|lo| (lo, off)))
+            .collect();
+        let pass = &mut *self.pass;
+        let keep = !loras.is_empty();
+        self.s
+            .normed_matmul(m, pass, &w.qkv, norm_w, None, keep, &b.qkv, stride, n)?;
+        for (lo, off) in loras {
+            let io = Io {
+                y_offset: off,
+                accumulate: true,
+                ..Io::new((&b.h, c.hidden), (&b.qkv, stride))
+            };
+            self.s.lora(pass, lo, &io, n)?;
+        }
+        if let Some(bias) = &w.qkv_bias {
+            elementwise::bias_add(pass, bias, &b.qkv, stride, stride, n)?;
+        }
+        Ok(())
+    }
+}
+
+impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
+    type Value = Val<'s>;
+
+    fn norm(&mut self, n: Norm) -> Result<Val<'s>> {
+        let w = self.layer();
+        match n {
+            Norm::Attn => Ok(Val::In(Input::Normed(&w.attn_norm))),
+            Norm::Ffn => Ok(Val::In(Input::Normed(&w.ffn_norm))),
+            Norm::PostAttn | Norm::PostFfn => Err(out_of_order("a post norm as a value")),
+        }
+    }
+
+    fn project(&mut self, x: Val<'s>, ps: Projs) -> Result<Val<'s>> {
+        match x {
+            Val::In(input) => Ok(Val::Projected(input, ps)),
+            Val::Projected(..) => Err(out_of_order("a projection of a projection")),
+        }
+    }
+
+    fn attend(&mut self, qkv: Val<'s>, blk: &Block) -> Result<Val<'s>> {
+        self.mixer_inputs(qkv)?;
+        let LayerAt { m, l, n, .. } = self.at;
+        let w = self.layer();
+        let (s, pass, pos0) = (self.s, &mut *self.pass, self.pos0);
+        let (c, b) = (&m.config, &s.b);
+        let table = &b.rope[(blk.rope == Some(Rope::Local)) as usize];
+        let (rotate, qk_norm) = (blk.rope.is_some(), w.qk_norm.as_ref());
+        let (qkv, att) = (&b.qkv, &b.att);
+        let cache = attention::CacheIo {
+            c,
+            format: s.opts.kv,
+            qkv,
+            cache: &s.cache[l],
+        };
+        if s.decodes(n) && attention::one_pass(pos0 + n) {
+            attention::decode_fused(pass, &cache, (table, rotate), qk_norm, att)?;
+        } else {
+            if rotate || qk_norm.is_some() {
+                elementwise::rope(pass, c, table, rotate, qkv, qk_norm, n)?;
+            }
+            attention::kv_write(pass, &cache, n)?;
+            match n {
+                1 => attention::decode(pass, &cache, &b.part, att, pos0 + 1)?,
+                _ => attention::prefill(pass, &cache, att, n)?,
+            }
+        }
+        Ok(Val::In(Input::Rows(&b.att, c.q_dim())))
+    }
+
+    /// LFM2's convolution: y = C ⊙ conv(B ⊙ x) over the layer's state ring. Three
+    /// dispatches for one token with the projections around it.
+    fn short_conv(&mut self, bcx: Val<'s>) -> Result<Val<'s>> {
+        self.mixer_inputs(bcx)?;
+        let LayerAt { m, l, .. } = self.at;
+        let (c, b, w) = (&m.config, &self.s.b, self.layer());
+        let taps = w
+            .conv
+            .as_ref()
+            .ok_or_else(|| Error::internal(format!("layer {l} has no convolution taps")))?;
+        let (state, slots) = (&self.s.cache[l].k, self.s.cache[l].slots);
+        let io = ConvIo {
+            bcx: &b.qkv,
+            stride: 3 * c.hidden,
+            taps,
+            state,
+            slots,
+            y: &b.att,
+        };
+        short_conv::short_conv(self.pass, c.hidden, c.conv_taps, &io)?;
+        Ok(Val::In(Input::Rows(&b.att, c.hidden)))
+    }
+
+    /// act(gate)·up: in a decode step with gate|up stacked and no adapter, the GLU is
+    /// the normed GEMV's epilogue (one dispatch); else gate|up, updates, then the GLU.
+    fn glu(&mut self, gate_up: Val<'s>, act: Activation) -> Result<Val<'s>> {
+        let Val::Projected(Input::Normed(norm_w), Projs::GateUp) = gate_up else {
+            return Err(out_of_order("the GLU"));
+        };
+        let LayerAt { m, lora, n, .. } = self.at;
+        let w = self.layer();
+        let (s, pass) = (self.s, &mut *self.pass);
+        let (c, b) = (&m.config, &s.b);
+        let f = c.ffn_dim;
+        let loras: Vec<_> = [(Proj::Gate, 0), (Proj::Up, f)]
+            .into_iter()
+            .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
+            .collect();
+        let one = matches!(w.gate_up, Stacked::One(_));
+        if s.decodes(n) && one && loras.is_empty() {
+            s.normed_matmul(m, pass, &w.gate_up, norm_w, Some(act), false, &b.act, f, n)?;
+        } else {
+            let keep = !loras.is_empty();
+            s.normed_matmul(m, pass, &w.gate_up, norm_w, None, keep, &b.gu, 2 * f, n)?;
+            for (lo, off) in loras {
+                let io = Io {
+                    y_offset: off,
+                    accumulate: true,
+                    ..Io::new((&b.h, c.hidden), (&b.gu, 2 * f))
+                };
+                s.lora(pass, lo, &io, n)?;
+            }
+            elementwise::glu(pass, act, &b.gu, &b.act, f, n)?;
+        }
+        Ok(Val::In(Input::Rows(&b.act, f)))
+    }
+
+    /// The output projection (O, or down) accumulated into x as it is computed, or
+    /// written apart and post-normed into x.
+    fn residual(&mut self, out: Val<'s>, post: Option<Norm>, scale: f32) -> Result<()> {
+        let Val::Projected(Input::Rows(x, stride), ps) = out else {
+            return Err(out_of_order("a residual add"));
+        };
+        let LayerAt { m, lora, n, .. } = self.at;
+        let w = self.layer();
+        let weights = match ps {
+            Projs::Out => (&w.wo, lora(Proj::O)),
+            Projs::Down => (&w.down, lora(Proj::Down)),
+            Projs::Mixer | Projs::GateUp => return Err(out_of_order("a residual add")),
+        };
+        let post = match post {
+            None => None,
+            Some(n) => {
+                let (a, f) = w
+                    .post_norms
+                    .as_ref()
+                    .ok_or_else(|| Error::internal("a post norm the layer lacks"))?;
+                Some(if n == Norm::PostAttn { a } else { f })
+            }
+        };
+        let pass = &mut *self.pass;
+        self.s
+            .add_output(m, pass, (x, stride), weights, post, scale, n)
     }
 }
