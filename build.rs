@@ -95,32 +95,117 @@ fn expand(name: &str, seen: &mut Vec<String>) -> String {
     code
 }
 
-/// The format ids the kernels switch on, as WGSL constants from the Rust enums that
-/// pack the data (one table for both): `GPU_<variant>` from `GpuFormat`, `KV_<variant>`
-/// from `KvFormat`.
+/// The contracts between the Rust code and the kernels, as WGSL written from the Rust
+/// that defines them (`formats.wgsl`, included where they are used), so nothing is
+/// kept equal by hand: the format ids the kernels switch on (`GPU_<variant>` from
+/// `GpuFormat`, `KV_<variant>` from `KvFormat`), the activation ids (`ACT_<variant>`
+/// from `Activation`), each format's words of packed values per block (`qs_words_of`,
+/// from `GpuFormat::qs_words_per_block`), and the step's uniform (`struct Step`, from
+/// `kernels::Step`).
 fn formats() -> String {
     let mut s = String::new();
     for (file, name, prefix) in [
         ("src/quant/gpu_layout.rs", "GpuFormat", "GPU_"),
         ("src/quant/kv.rs", "KvFormat", "KV_"),
+        ("src/model/config.rs", "Activation", "ACT_"),
     ] {
-        println!("cargo:rerun-if-changed={file}");
-        let src = fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let body = src
-            .split_once(&format!("pub enum {name} {{"))
-            .and_then(|(_, rest)| rest.split_once("\n}"))
-            .unwrap_or_else(|| panic!("{file}: no `pub enum {name}`"))
-            .0;
-        for line in body.lines().map(str::trim) {
-            if let Some((variant, id)) = line.trim_end_matches(',').split_once(" = ") {
-                let id: u32 = id
-                    .parse()
-                    .unwrap_or_else(|_| panic!("{name}::{variant} = {id}"));
-                let upper = variant.to_uppercase();
-                writeln!(s, "const {prefix}{upper}: u32 = {id}u;").unwrap();
-            }
+        for (variant, id) in enum_ids(file, name) {
+            writeln!(s, "const {prefix}{}: u32 = {id}u;", upper_snake(&variant)).unwrap();
         }
     }
+    s.push_str(&qs_words());
+    s.push_str(&step_struct());
+    s
+}
+
+/// The body of the item of `file` that starts with `head`, to its closing line.
+fn item_body(file: &str, head: &str, close: &str) -> String {
+    println!("cargo:rerun-if-changed={file}");
+    let src = fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+    src.split_once(head)
+        .and_then(|(_, rest)| rest.split_once(close))
+        .unwrap_or_else(|| panic!("{file}: no `{head}`"))
+        .0
+        .to_string()
+}
+
+/// The lines of a body without comments and blank lines.
+fn code_lines(body: &str) -> impl Iterator<Item = &str> {
+    body.lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+}
+
+/// `Variant = id` of each variant of `pub enum name` in `file`.
+fn enum_ids(file: &str, name: &str) -> Vec<(String, u32)> {
+    let body = item_body(file, &format!("pub enum {name} {{"), "\n}");
+    code_lines(&body)
+        .filter(|l| !l.starts_with('#'))
+        .map(|line| {
+            let (variant, id) = line
+                .trim_end_matches(',')
+                .split_once(" = ")
+                .unwrap_or_else(|| panic!("{name}: `{line}` has no explicit id"));
+            let id = id
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}::{variant} = {id}"));
+            (variant.to_string(), id)
+        })
+        .collect()
+}
+
+/// `Q8_0` → `Q8_0`, `GeluTanh` → `GELU_TANH`, `Q4K` → `Q4K`.
+fn upper_snake(variant: &str) -> String {
+    let (mut out, mut prev) = (String::new(), None::<char>);
+    for c in variant.chars() {
+        if c.is_uppercase() && prev.is_some_and(|p| p.is_lowercase()) {
+            out.push('_');
+        }
+        out.extend(c.to_uppercase());
+        prev = Some(c);
+    }
+    out
+}
+
+/// WGSL's `qs_words_of(format)`, from the arms of `GpuFormat::qs_words_per_block`
+/// (`A | B => n,`).
+fn qs_words() -> String {
+    let body = item_body(
+        "src/quant/gpu_layout.rs",
+        "pub fn qs_words_per_block(self) -> usize {",
+        "\n    }",
+    );
+    let mut s = String::from("fn qs_words_of(format: u32) -> u32 {\n    switch format {\n");
+    for line in code_lines(&body).filter(|l| l.contains("=>")) {
+        let (variants, n) = line.trim_end_matches(',').split_once("=>").unwrap();
+        let ids: Vec<String> = variants
+            .split('|')
+            .map(|v| format!("GPU_{}", upper_snake(v.trim())))
+            .collect();
+        let n: u32 = n
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("qs_words: {line}"));
+        writeln!(s, "        case {}: {{ return {n}u; }}", ids.join(", ")).unwrap();
+    }
+    s.push_str("        default: { return 0u; }\n    }\n}\n");
+    s
+}
+
+/// WGSL's `struct Step` from the fields of `kernels::Step` (u32 and f32 only: a
+/// uniform's layout is then the same in both).
+fn step_struct() -> String {
+    let body = item_body("src/kernels/mod.rs", "pub struct Step {", "\n}");
+    let mut s = String::from("struct Step {\n");
+    for line in code_lines(&body) {
+        let (field, ty) = line
+            .strip_prefix("pub ")
+            .and_then(|f| f.trim_end_matches(',').split_once(": "))
+            .unwrap_or_else(|| panic!("kernels::Step: `{line}`"));
+        assert!(ty == "u32" || ty == "f32", "kernels::Step::{field}: {ty}");
+        writeln!(s, "    {field}: {ty},").unwrap();
+    }
+    s.push_str("}\n");
     s
 }
 

@@ -10,6 +10,7 @@
 #include "weights.wgsl"
 #include "step.wgsl"
 #include "matmul_out.wgsl"
+#include "activation.wgsl"
 
 @group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> norm_w: array<vec4<f32>>;
@@ -20,7 +21,7 @@ override K: u32;            // inputs (row length), a multiple of 32
 override TPR: u32 = 16u;    // threads per row: a power of two dividing WG
 override WG: u32 = 256u;
 override EPS: f32 = 1e-5;
-override GLU: u32 = 0u;     // 0: none; 1: SiLU (SwiGLU); 2: GELU, tanh (GeGLU)
+override GLU: u32 = 0u;     // 0: none; else the ACT_* id of the activation
 override WRITE_NORMED: bool = false;
 override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x and of normed
@@ -30,13 +31,6 @@ var<workgroup> partial: array<f32, 256>;
 var<workgroup> partial_up: array<f32, 256>;
 var<workgroup> xs: array<vec4<f32>, STAGE>;
 
-fn act(g: f32) -> f32 {
-    if GLU == 2u {
-        let u = clamp(0.7978846 * g * (1.0 + 0.044715 * g * g), -15.0, 15.0);
-        return 0.5 * g * (1.0 + tanh(u));
-    }
-    return g / (1.0 + exp(-g));
-}
 
 // Sums partial[0..WG) into partial[0].
 fn reduce_all(lid: u32) {
@@ -162,7 +156,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if lane == 0u && row < n {
             var v = partial[lid];
             if GLU != 0u {
-                v = act(v) * partial_up[lid];
+                v = activation(GLU, v) * partial_up[lid];
             }
             let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             store(at, v);

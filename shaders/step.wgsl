@@ -1,21 +1,9 @@
 // Included by every kernel that runs per step: the values that change each step
-// (shapes are `override` constants), bound as a uniform at binding 0. Per-call choices
+// (shapes are `override` constants), bound as a uniform at binding 0: `struct Step`,
+// which build.rs writes into "formats.wgsl" from `kernels::Step`. Per-call choices
 // (how many candidates to keep, the repetition penalty, how the next token is picked)
 // are here too, never pipeline constants: changing them creates nothing.
-struct Step {
-    n_tokens: u32,
-    pos0: u32,
-    kv_len: u32,
-    n_splits: u32,
-    top_k: u32,
-    penalty: f32,
-    penalize_input: u32,
-    temperature: f32,
-    top_p: f32,
-    min_p: f32,
-    u: f32,
-    masked: u32,
-}
+#include "formats.wgsl"
 
 @group(0) @binding(0) var<uniform> step: Step;
 

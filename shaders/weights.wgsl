@@ -1,7 +1,8 @@
 // Included by the matmul and embedding kernels: weight rows as packed by
 // src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
 // FORMAT is one of the GPU_* ids of `GpuFormat` (src/quant/gpu_layout.rs), which
-// build.rs writes as WGSL constants: "formats.wgsl" is generated, not a file here.
+// build.rs writes as WGSL constants: "formats.wgsl" is generated, not a file here
+// (with `qs_words_of`, the words of packed values per block of a format).
 // Rows are walked in blocks of 32 values; a K-quant super-block is 8 such blocks
 // sharing 5 words of scales (d|dmin, then 16 sub-scale bytes).
 
@@ -21,22 +22,13 @@ struct Part {
     rows: u32,
 }
 
+fn qs_words() -> u32 {
+    return qs_words_of(FORMAT);
+}
+
 struct W8 {
     a: vec4<f32>,
     b: vec4<f32>,
-}
-
-fn qs_words() -> u32 {
-    switch FORMAT {
-        case GPU_F32: { return 32u; }
-        case GPU_F16: { return 16u; }
-        case GPU_Q8_0: { return 8u; }
-        case GPU_Q6K: { return 6u; }
-        case GPU_Q5_0, GPU_Q5_1, GPU_Q5K: { return 5u; }
-        case GPU_Q3K: { return 3u; }
-        case GPU_PAL2, GPU_Q2K: { return 2u; }
-        default: { return 4u; }
-    }
 }
 
 // Two f16 values of a word, subnormals included: WGSL lets implementations flush

@@ -135,10 +135,7 @@ pub fn glu(
     n_tokens: usize,
 ) -> Result<()> {
     let (k, step) = (pass.kernels, pass.step);
-    let act = match act {
-        Activation::Silu => 0.0,
-        Activation::GeluTanh => 1.0,
-    };
+    let act = act as u32 as f64;
     let pipe = k.pipe(Shader::Glu, &[("F", ffn as f64), ("ACT", act)])?;
     k.dispatch(
         pass,

@@ -488,14 +488,10 @@ pub fn norm_gemv(
     norm: &NormIn,
     n_tokens: usize,
 ) -> Result<()> {
-    use crate::model::Activation;
     let (k, step) = (pass.kernels, pass.step);
     let tokens = token_constants(io, n_tokens)?;
-    let glu = match norm.glu {
-        None => 0.0,
-        Some(Activation::Silu) => 1.0,
-        Some(Activation::GeluTanh) => 2.0,
-    };
+    // 0: no GLU; else the activation's id (`ACT_*` in the WGSL).
+    let glu = norm.glu.map_or(0, |a| a as u32) as f64;
     if norm.glu.is_some() && (m.parts.len() != 1 || !m.rows.is_multiple_of(2)) {
         return Err(Error::invalid(
             "a gated matmul needs its [gate; up] rows in one part",

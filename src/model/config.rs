@@ -18,14 +18,15 @@ pub enum RopeStyle {
     HalfSplit,
 }
 
-/// The activation of the gated MLP: `act(gate) · up`.
+/// The activation of the gated MLP: `act(gate) · up`. The ids are the kernels' too
+/// (build.rs writes them as WGSL's `ACT_*`; 0 is "none" there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Activation {
     /// SiLU (SwiGLU): Llama, Qwen.
-    Silu,
+    Silu = 1,
     /// GELU, tanh approximation (GeGLU): Gemma.
-    GeluTanh,
+    GeluTanh = 2,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
