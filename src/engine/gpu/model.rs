@@ -17,22 +17,31 @@ use std::sync::Arc;
 
 mod shadow;
 
+/// One layer's weights on the GPU; matrices are `[rows = outputs][cols = inputs]`,
+/// vectors f32.
 pub struct GpuLayer {
+    /// `[hidden]`.
     pub attn_norm: wgpu::Buffer,
-    /// [Q; K; V]: one matrix whose output is a qkv row, when their formats allow.
+    /// `[q_dim + 2·kv_dim][hidden]` [Q; K; V]: one matrix whose output is a qkv row,
+    /// when their formats allow (a convolution's `[3·hidden][hidden]` B; C; x).
     pub qkv: Stacked,
+    /// `[hidden][q_dim]` (a convolution's out_proj: `[hidden][hidden]`).
     pub wo: GpuMatrix,
+    /// `[hidden]`.
     pub ffn_norm: wgpu::Buffer,
-    /// [gate; up]: one matrix whose output is a [gate | up] row, when formats allow.
+    /// `[2·ffn][hidden]` [gate; up]: one matrix whose output is a [gate | up] row,
+    /// when formats allow.
     pub gate_up: Stacked,
+    /// `[hidden][ffn]`.
     pub down: GpuMatrix,
-    /// The QK-norm's weights: q's head_dim, then k's.
+    /// `[2][head_dim]`: the QK-norm's weights, q's then k's.
     pub qk_norm: Option<wgpu::Buffer>,
-    /// Gemma's norms of the attention and MLP outputs (before the residual adds).
+    /// `[hidden]` each: Gemma's norms of the attention and MLP outputs (before the
+    /// residual adds).
     pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
-    /// The Q, K and V biases side by side, as a qkv row (Qwen2).
+    /// `[q_dim + 2·kv_dim]`: the Q, K and V biases side by side, as a qkv row (Qwen2).
     pub qkv_bias: Option<wgpu::Buffer>,
-    /// A convolution layer's taps, `[hidden][taps]` (LFM2; its Q, K, V are B, C, x
+    /// `[hidden][taps]`: a convolution layer's taps (LFM2; its Q, K, V are B, C, x
     /// and O its out_proj).
     pub conv: Option<wgpu::Buffer>,
 }

@@ -27,27 +27,41 @@ use footprint::{Sizes, MAX_PENALTY_IDS};
 
 use chain::InFlight;
 
-/// Activations for up to `chunk` tokens.
+/// Activations for up to `chunk` tokens (`n` below; f32 unless said; sizes in
+/// `footprint::Sizes`).
 struct Buffers {
+    /// `kernels::Step`: the step's uniform.
     step: wgpu::Buffer,
+    /// u32 `[n]`: the token ids of the chunk (a decode step's: chosen on the GPU).
     tokens: wgpu::Buffer,
+    /// `[n][hidden]`: the residual stream.
     x: wgpu::Buffer,
+    /// `[n][hidden]`: x normed (what a LoRA update reads), or a post-normed output.
     h: wgpu::Buffer,
+    /// `[n][q_dim + 2·kv_dim]`: Q|K|V (a convolution's B|C|x: `[n][3·hidden]`).
     qkv: wgpu::Buffer,
+    /// `[n][q_dim]`: the attention's output (a convolution's: `[n][hidden]`).
     att: wgpu::Buffer,
+    /// `[n][2·ffn]`: gate|up.
     gu: wgpu::Buffer,
+    /// `[n][ffn]`: act(gate)·up.
     act: wgpu::Buffer,
+    /// `[n_heads][splits][head_dim + 2]`: split attention's partial outputs, max, sum.
     part: wgpu::Buffer,
+    /// `[hidden]`: the last token's normed hidden state.
     last: wgpu::Buffer,
+    /// `[verify_rows][vocab]`: logits (one row, or a speculative check's every row).
     logits: wgpu::Buffer,
+    /// u32 `[1 + MAX_PENALTY_IDS]`: how many ids, then the ids the penalty applies to.
     penalty_ids: wgpu::Buffer,
-    /// (cos, sin) tables: [global layers, sliding-window layers] (the same table twice
-    /// when the model has one RoPE).
+    /// `[max_context][rope_dim / 2][2]` (cos, sin) tables: [global layers,
+    /// sliding-window layers] (the same table twice when the model has one RoPE).
     rope: [wgpu::Buffer; 2],
-    /// A·x of a LoRA update, for up to `chunk` tokens and rank 256.
+    /// `[n][rank ≤ 256]`: A·x of a LoRA update.
     lora_t: wgpu::Buffer,
-    /// Read-back buffers, reused every step: the candidates, the logits, and the
-    /// picked token of chained steps (two: one step's is read while the next runs).
+    /// Read-back buffers, reused every step: the candidates (`[MAX_K]` of (id,
+    /// logit)), the logits (`[verify_rows][vocab]`), and the picked token (u32) of
+    /// chained steps (two: one step's is read while the next runs).
     read_top: wgpu::Buffer,
     read_logits: wgpu::Buffer,
     read_choice: [wgpu::Buffer; 2],
