@@ -4,7 +4,7 @@
 // that cross from pippin/worker's worker are rebuilt here: `instanceof PippinError`
 // is true of all of them.
 
-/** The codes, as README "Errors" explains them. */
+/** The codes, as docs/javascript.md ("Errors") explains them. */
 export const ERROR_CODES = Object.freeze([
   "NoWebGPU", // this browser has no WebGPU (or the page is not a secure context)
   "NoAdapter", // WebGPU is there but gave no GPU adapter or device

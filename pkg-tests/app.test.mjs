@@ -954,8 +954,8 @@ test("npm pack ships the whole package", () => {
 test("the engine's wasm is at most 3,050,000 bytes, without guided generation's compiler", () => {
   const engine = fs.readFileSync(path.join(root, "pkg/pippin_wasm_bg.wasm"));
   // 3,000,000 until sessions (the prefix cache, saved sessions: +42 KB, of which 22 KB
-  // were won back by remapping the registry's paths in panic locations); README,
-  // Package size.
+  // were won back by remapping the registry's paths in panic locations);
+  // docs/javascript.md, Package size.
   assert.ok(engine.length <= 3_050_000, `pippin_wasm_bg.wasm is ${engine.length} bytes`);
   // llguidance's panic locations name its source files wherever its code is linked.
   assert.ok(!engine.includes("llguidance"), "llguidance is linked into the engine's wasm");

@@ -41,8 +41,8 @@ function buildAll() {
   sh("npx", ["webpack", "--config", "webpack.config.js"]);
   fs.copyFileSync(path.join(apps, "app/index.html"), path.join(apps, "dist/webpack/index.html"));
   // esbuild does not follow new URL(..., import.meta.url): the worker's host is a
-  // second entry point and the two wasm files are copied beside the bundles (README,
-  // bundlers).
+  // second entry point and the two wasm files are copied beside the bundles
+  // (docs/javascript.md, bundlers).
   fs.rmSync(path.join(apps, "dist/esbuild"), { recursive: true, force: true });
   sh("npx", ["esbuild", "app/main.js", "pippin/worker-host.js", "pippin/thread.js", "--bundle", "--format=esm", "--outdir=dist/esbuild", "--entry-names=[name]", "--log-level=warning"]);
   for (const f of ["app/index.html", "node_modules/pippin/pippin_wasm_bg.wasm", "node_modules/pippin/pippin_guided_bg.wasm"]) {

@@ -67,7 +67,7 @@ impl From<std::io::Error> for Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Every code `Error::code` can return, in the order the README lists them (the JS
+/// Every code `Error::code` can return, in the order docs/javascript.md lists them (the JS
 /// layer adds `NoWebGPU`, `Aborted` and `Disposed`, which only it can see).
 pub const CODES: [&str; 10] = [
     "NoAdapter",
@@ -128,13 +128,13 @@ mod tests {
     use super::*;
 
     /// JavaScript apps branch on these names: each one the engine gives is typed in
-    /// the .d.ts, listed in js/errors.js, and explained in the README.
+    /// the .d.ts, listed in js/errors.js, and explained in docs/javascript.md.
     #[test]
     fn every_code_is_documented_for_javascript() {
         let docs = [
             include_str!("../js/index.d.ts"),
             include_str!("../js/errors.js"),
-            include_str!("../README.md"),
+            include_str!("../docs/javascript.md"),
         ];
         let s = String::new;
         let all = [

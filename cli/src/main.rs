@@ -46,7 +46,7 @@ struct Cli {
 enum Cmd {
     /// Generate text from a prompt, streamed to stdout.
     Generate(Box<GenerateArgs>),
-    /// Measure the GPU kernels and the whole model (see README, Performance).
+    /// Measure the GPU kernels and the whole model (see docs/performance.md).
     Bench {
         #[arg(long, default_value = DEFAULT_MODEL)]
         model: PathBuf,

@@ -81,8 +81,8 @@ pub struct Tuning {
 
 impl Tuning {
     /// Software adapters run workgroups on CPU SIMD lanes: one thread per row wins
-    /// there, and emulated subgroups are slower (measured on lavapipe: README,
-    /// Performance).
+    /// there, and emulated subgroups are slower (measured on lavapipe:
+    /// docs/performance.md).
     pub fn software() -> Tuning {
         Tuning {
             gemv_tpr: 1,

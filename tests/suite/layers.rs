@@ -1,4 +1,4 @@
-//! The library's layering (README, Layout): a module imports only from the layers below
+//! The library's layering (docs/layout.md): a module imports only from the layers below
 //! its own, so no arrow points up and no two modules import each other. Read from the
 //! sources: every `crate::<module>` outside comments and `#[cfg(test)]` code, and in the
 //! engine, what its backends (`engine::gpu`, `engine::cpu`) and their interface

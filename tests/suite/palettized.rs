@@ -1,8 +1,8 @@
 //! The default model converted by `pippin convert` (4-bit, and mixed 2/4-bit at 3.5
 //! bits per weight) runs on the GPU: same perplexity as the CPU reference of the same
-//! file, sensible answers, and perplexity within the bounds README.md states.
+//! file, sensible answers, and perplexity within the bounds docs/palettization.md states.
 //! Calibration uses 256 tokens of texts/social-contract.txt (32 for sensitivities) so
-//! CI stays fast; the README's table uses the CLI defaults (1024 and 128).
+//! CI stays fast; docs/palettization.md's table uses the CLI defaults (1024 and 128).
 
 use crate::common;
 
@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Perplexity bounds on the first 128 tokens of texts/debian-manifesto.txt (int8 KV),
-/// as stated in README.md. They are measured on the CPU backend, ~50x faster than
+/// as stated in docs/palettization.md. They are measured on the CPU backend, ~50x faster than
 /// lavapipe here; the GPU's palettized kernels are held to the CPU reference of the
 /// same file (f32 KV) in the mixed model's test. The original Q4_1 model scores ~34 there.
 const ORIGINAL_MAX: f64 = 36.0;
