@@ -3,10 +3,13 @@
 //! length, abort), with speculative checks and pipelined steps where the backend
 //! offers them; `generate` drives it with a callback.
 
+mod chained;
+mod speculative;
+
 use super::backend::{common_prefix, Backend, Logits, Masked, Pick, Want};
 use super::cpu::CpuBackend;
 use super::logprobs::{self, TokenLogprob};
-use super::speculate::{self, Lookup, Policy, Speculation};
+use super::speculate::{Policy, Speculation};
 use super::stop::StopStrings;
 use super::tools::CallReader;
 use super::{Event, FinishReason, GenerateOptions, Usage, MAX_CANDIDATES};
@@ -384,23 +387,6 @@ impl Generation {
         }
     }
 
-    /// Runs the prompt through the draft model too, as part of the prefill, so its
-    /// first guesses do not wait for it (nothing when the reply does not speculate).
-    pub fn prefill_draft(&mut self, d: &mut CpuBackend) -> Result<()> {
-        let h = &self.history;
-        if self.policy.is_none() || h.len() >= d.context_length() {
-            return Ok(());
-        }
-        let t0 = Instant::now();
-        let keep = common_prefix(d.tokens(), h).min(h.len() - 1);
-        d.truncate(keep);
-        let have = d.tokens().len().min(keep);
-        d.greedy(&h[have..])?;
-        self.usage.prefill_ms += ms_since(t0);
-        self.started = Instant::now();
-        Ok(())
-    }
-
     /// Ends the generation now; what was run stays in the KV cache.
     pub fn abort(&mut self) -> Event {
         self.outbox.clear();
@@ -463,225 +449,6 @@ impl Generation {
             self.decode = Decode::ToRun(token);
         }
         Ok(())
-    }
-
-    /// A speculative step: `t` (picked, not run yet) and the guesses (the draft
-    /// model's, else prompt lookup's) in one forward, then a pick at every position as
-    /// one-token steps make it, the guesses kept while they are the pick; the cache is
-    /// cut after the last position used. False (nothing done) without a guess.
-    async fn speculate<B: Backend>(
-        &mut self,
-        backend: &mut B,
-        draft: Option<&mut CpuBackend<'_>>,
-        tk: &Tokenizer,
-        t: u32,
-    ) -> Result<bool> {
-        let Some(policy) = &mut self.policy else {
-            return Ok(false);
-        };
-        let (base, ctx) = (backend.tokens().len(), backend.context_length());
-        // Each position picks a token: the last one's within max_tokens and the context.
-        let room = (self
-            .opts
-            .max_tokens
-            .saturating_sub(self.usage.generated_tokens))
-        .saturating_sub(1)
-        .min(ctx.saturating_sub(base + 2))
-        .min(policy.guesses());
-        let guesses = match draft {
-            Some(d) => {
-                let started = Instant::now();
-                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size())?;
-                // A draft that caught up on more than the last check's tokens (after
-                // steps without guesses) ran a prefill: not what a guess costs.
-                if ran <= 2 && !g.is_empty() {
-                    policy.drafted(ms_since(started) / g.len() as f64);
-                }
-                g
-            }
-            None => Lookup.propose(&self.history, room),
-        };
-        if guesses.is_empty() {
-            return Ok(false);
-        }
-        let mut input = vec![t];
-        input.extend_from_slice(&guesses);
-        let started = Instant::now();
-        let rows = match backend.verify(&input).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                // As a failed one-token step: `t` runs again on the next call.
-                backend.truncate(base);
-                return Err(e);
-            }
-        };
-        let ms = ms_since(started);
-        self.decode = Decode::Idle;
-        let stats = &mut self.usage.speculation;
-        stats.forwards += 1;
-        stats.proposed += guesses.len();
-        let mut kept = 0;
-        for (i, row) in rows.into_iter().enumerate() {
-            // The cache before this position's pick, as one-token decode has it.
-            let cached = base + 1 + i;
-            let picked = self
-                .pick_full(row)
-                .and_then(|token| Ok((token, self.handle(tk, token, cached, ctx)?)));
-            match picked {
-                Ok((token, true)) if guesses.get(i) == Some(&token) => kept += 1,
-                Ok((token, goes_on)) => {
-                    self.rewind(backend, cached).await?;
-                    if goes_on {
-                        self.decode = Decode::ToRun(token);
-                    }
-                    break;
-                }
-                Err(e) => {
-                    self.rewind(backend, cached).await?;
-                    return Err(e);
-                }
-            }
-        }
-        self.usage.speculation.accepted += kept;
-        if let Some(p) = &mut self.policy {
-            p.checked(guesses.len(), kept, ms);
-        }
-        Ok(true)
-    }
-
-    /// Cuts the cache back to `len` positions (guesses past the last one used); a
-    /// backend that cannot resume there (a state that does not reach back) runs the
-    /// conversation's tokens again up to it.
-    async fn rewind<B: Backend>(&mut self, backend: &mut B, len: usize) -> Result<()> {
-        backend.truncate(len);
-        let kept = backend.tokens().len();
-        if kept < len {
-            backend
-                .forward(&self.history[kept..len], Want::top(1))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Picks from one position's full logits (guided: its mask computed first).
-    fn pick_full(&mut self, logits: Vec<f32>) -> Result<u32> {
-        if let Some(g) = &mut self.guide {
-            g.update()?;
-        }
-        Ok(self.choose(Logits::Full(logits)))
-    }
-
-    /// Back on the chain after speculative checks: `t` (handled, not run) runs in a
-    /// pipelined step that picks the next token on the device.
-    fn rejoin<B: Backend>(&mut self, backend: &mut B, t: u32) -> Result<()> {
-        let n = self.opts.sampler.repeat_last_n;
-        let recent = &self.history[self.history.len().saturating_sub(n)..];
-        let ids = self.sampler.penalized_ids(recent);
-        let pick = self.next_pick(false);
-        if let Err(e) = backend.submit(&[t], self.want(&ids, pick)) {
-            backend.cancel();
-            return Err(e);
-        }
-        self.decode = Decode::InFlight;
-        self.usage.speculation.forwards += 1;
-        Ok(())
-    }
-
-    /// Whether a pipelined reply should leave its chain for a speculative check: the
-    /// policy guesses now and the conversation's end occurred before (a match that
-    /// the token being read will likely continue).
-    fn wants_check(&mut self) -> bool {
-        self.policy.as_mut().is_some_and(|p| p.guesses() > 0)
-            && !Lookup.propose(&self.history, 1).is_empty()
-    }
-
-    /// A pipelined step: submits the step that runs the next token (picked on the
-    /// device) before reading it, when another token may follow; a token that ends
-    /// the reply drops that step and what it ran. With speculation, the chain is left
-    /// (the token read is not run yet: `to_run`) when a check looks worth it.
-    async fn step_chained<B: Backend>(&mut self, backend: &mut B, tk: &Tokenizer) -> Result<()> {
-        let (max, ctx) = (self.opts.max_tokens, backend.context_length());
-        if self.usage.generated_tokens >= max {
-            backend.cancel();
-            self.decode = Decode::Idle;
-            return self.finish(tk, FinishReason::Length);
-        }
-        // The cache before the token handled now runs: the same test `handle` makes.
-        let cached = backend.tokens().len();
-        let ahead = self.usage.generated_tokens + 1 < max && cached + 1 < ctx;
-        let n = self.opts.sampler.repeat_last_n;
-        let started = Instant::now();
-        let mut leave = false;
-        let token = match self.decode {
-            Decode::Picked(t) => {
-                if ahead {
-                    // Its input is known: the penalty window is listed whole.
-                    let mut recent = self.history[self.history.len().saturating_sub(n)..].to_vec();
-                    recent.push(t);
-                    let ids = self.sampler.penalized_ids(&recent);
-                    let pick = self.next_pick(false);
-                    backend.submit(&[t], self.want(&ids, pick))?;
-                    self.usage.speculation.forwards += 1;
-                }
-                self.decode = if ahead {
-                    Decode::InFlight
-                } else {
-                    Decode::Idle
-                };
-                t
-            }
-            Decode::InFlight => {
-                leave = ahead && self.wants_check();
-                if ahead && !leave {
-                    // Its input is the pick not read yet: the device penalizes it, the
-                    // rest of the window is listed.
-                    let keep = n.saturating_sub(1);
-                    let recent = &self.history[self.history.len().saturating_sub(keep)..];
-                    let ids = if keep > 0 {
-                        self.sampler.penalized_ids(recent)
-                    } else {
-                        vec![]
-                    };
-                    let pick = self.next_pick(true);
-                    backend.submit(&[], self.want(&ids, pick))?;
-                    self.usage.speculation.forwards += 1;
-                }
-                let t = backend.chosen().await?;
-                let goes_on = ahead && !leave;
-                self.decode = if goes_on {
-                    Decode::InFlight
-                } else {
-                    Decode::Idle
-                };
-                self.piped = if goes_on { self.piped + 1 } else { 0 };
-                if let (true, Some(p)) = (self.piped >= 2, &mut self.policy) {
-                    // A pipelined step's time: what checks are weighed against.
-                    p.stepped(ms_since(started));
-                }
-                t
-            }
-            _ => return self.finish(tk, FinishReason::Length),
-        };
-        if !self.handle(tk, token, cached, ctx)? {
-            backend.cancel();
-            self.decode = Decode::Idle;
-        } else if leave {
-            self.decode = Decode::ToRun(token);
-        }
-        Ok(())
-    }
-
-    /// After a failed pipelined step: steps in flight are dropped with what they ran,
-    /// and decode goes on one step at a time from the last token handled.
-    fn unchain<B: Backend>(&mut self, backend: &mut B) {
-        if let Decode::InFlight = self.decode {
-            backend.cancel();
-            self.decode = match self.history.last() {
-                Some(&t) => Decode::ToRun(t),
-                None => Decode::Idle,
-            };
-        }
-        self.chained = false;
     }
 
     /// Counts `token`, queues its text and decides whether the reply goes on (the

@@ -10,15 +10,22 @@
 //! released (the caller dropped it) or failed; a failed reply reports its error again
 //! if asked, never a quiet end.
 
-use super::backend::{common_prefix, AnyBackend, Backend, BackendKind, GpuBytes, Want};
+mod adapters;
+mod draft;
+mod saved;
+
+use draft::draft_backend;
+use saved::model_print;
+
+use super::backend::{AnyBackend, BackendKind, GpuBytes};
 use super::backend::{LoadedAdapter, LoadedModel, SessionOptions};
 use super::cpu::team::Team;
 use super::cpu::{CpuBackend, CpuLoaded, CpuState};
 use super::gpu::{GpuLoaded, GpuModel, GpuSession};
-use super::prefix_cache::{Fingerprint, PrefixCache, PrefixStats, Saved, Snapshot};
+use super::prefix_cache::{Fingerprint, PrefixCache};
 use super::tools::{self, Prepared};
 use super::{Event, GenerateOptions, Generation, Usage};
-use crate::adapters::{recovery, Adapter};
+use crate::adapters::Adapter;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
 use crate::gpu::Gpu;
@@ -234,51 +241,6 @@ impl Engine {
         session.decode_dispatch_counts(model, adapter)
     }
 
-    fn active_adapter(&self) -> Option<Resident> {
-        self.active
-            .as_deref()
-            .and_then(|n| self.adapters.get(n))
-            .or(self.base_adapter())
-            .cloned()
-    }
-
-    /// Parses and makes resident the recovery adapter the file carries (`tensors`,
-    /// read by the loader): from then on it runs under every reply.
-    fn take_recovery(&mut self, g: &Gguf, mut tensors: recovery::Tensors) -> Result<()> {
-        if !recovery::present(&g.metadata) {
-            return Ok(());
-        }
-        let adapter = recovery::read(&g.metadata, self.config(), |n| tensors.remove(n))?;
-        let resident = Rc::from(self.body.upload(adapter.clone())?);
-        self.recovery = Some((adapter, resident));
-        self.recovery_on = true;
-        Ok(())
-    }
-
-    /// The recovery adapter's rank and bytes, when the model's file carries one, and
-    /// whether it runs under the base model's replies.
-    pub fn recovery(&self) -> Option<(usize, u64, bool)> {
-        let on = self.recovery_on;
-        self.recovery.as_ref().map(|(a, r)| (a.rank, r.bytes(), on))
-    }
-
-    /// Whether the recovery adapter runs under replies that name no adapter (`false`
-    /// measures the compressed model alone). Task adapters keep it: they were stacked
-    /// on it when loaded.
-    pub fn set_recovery(&mut self, on: bool) -> Result<()> {
-        self.idle()?;
-        self.recovery_on = on;
-        Ok(())
-    }
-
-    /// The recovery adapter, where it runs under the base model.
-    fn base_adapter(&self) -> Option<&Resident> {
-        self.recovery
-            .as_ref()
-            .filter(|_| self.recovery_on)
-            .map(|r| &r.1)
-    }
-
     /// Dispatches per token of the running (or last) reply's decode steps.
     pub fn dispatches_per_token(&self) -> Option<usize> {
         let id = self
@@ -455,24 +417,6 @@ impl Engine {
         }
     }
 
-    fn adapter(&self, choice: &AdapterChoice) -> Result<Option<Resident>> {
-        let name = match choice {
-            AdapterChoice::Active => self.active.as_deref(),
-            AdapterChoice::None => None,
-            AdapterChoice::Named(n) => Some(n.as_str()),
-        };
-        match name {
-            // The base model: with its recovery adapter, where it has one.
-            None => Ok(self.base_adapter().cloned()),
-            Some(n) => self
-                .adapters
-                .get(n)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| Error::invalid(format!("no adapter named {n:?} is loaded"))),
-        }
-    }
-
     /// Starts a reply: checks the request, runs the prompt (the part of the
     /// conversation not already in the KV cache) and returns the reply's id.
     pub async fn start(
@@ -583,235 +527,9 @@ impl Engine {
         }
     }
 
-    /// Keeps what the live KV cache holds before a prompt of `ids` under `adapter`
-    /// overwrites it, and restores the kept snapshot that shares more of `ids` than
-    /// the live cache does (the next step reuses what it shares, as ever).
-    fn reuse(&mut self, ids: &[u32], adapter: u64) -> Result<()> {
-        let (live, held_by) = self.body.held();
-        let shared = match held_by == adapter {
-            true => common_prefix(live, ids),
-            false => 0,
-        };
-        let best = self.prefix.best(ids, adapter, shared);
-        if shared < live.len() && !self.prefix.covers(live, held_by) {
-            let s = self.snapshot()?;
-            self.prefix.insert(s);
-        }
-        // The snapshot was looked up before one was inserted: it is found again by
-        // its tokens (inserting may have dropped it, covered by the live cache's).
-        if let Some((_, n)) = best {
-            if let Some((i, n)) = self.prefix.best(ids, adapter, n - 1) {
-                let s = self.prefix.take(i, n.min(ids.len().saturating_sub(1)));
-                self.body.restore(s.state.as_ref(), &s.tokens, s.adapter)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A copy of the live KV cache with the tokens it holds.
-    fn snapshot(&mut self) -> Result<Snapshot> {
-        let state = self.body.snapshot()?;
-        let (tokens, adapter) = self.body.held();
-        Ok(Snapshot {
-            tokens: tokens.to_vec(),
-            adapter,
-            state,
-        })
-    }
-
-    /// Runs what the KV cache does not hold of `prompt` (a conversation without the
-    /// assistant's turn opened, so later messages extend it), and nothing else: a
-    /// session's `append`, or a prefix computed ahead for later conversations.
-    pub async fn prefill(
-        &mut self,
-        prompt: &Prompt,
-        opts: &GenerateOptions,
-        adapter: &AdapterChoice,
-    ) -> Result<Prefilled> {
-        self.idle()?;
-        let ids = match prompt {
-            Prompt::Text(t) => self.tokenizer.encode_prompt(t, false)?,
-            Prompt::Chat(m) => tools::prepare_as(&self.tokenizer, m, opts, false)?.ids,
-        };
-        let adapter = self.adapter(adapter)?;
-        let ctx = self.config().context_length.min(self.context_window());
-        if ids.len() >= ctx {
-            return Err(Error::context_full(format!(
-                "the conversation has {} tokens but the context holds {ctx} (and one more is needed to answer)",
-                ids.len()
-            )));
-        }
-        self.reuse(&ids, adapter.as_ref().map_or(0, |a| a.id()))?;
-        let mut backend = self.body.backend(adapter.as_deref());
-        let keep = common_prefix(backend.tokens(), &ids);
-        backend.truncate(keep);
-        let keep = backend.tokens().len().min(keep);
-        if keep < ids.len() {
-            let run = backend.forward(&ids[keep..], Want::top(1)).await;
-            if let Err(e) = run {
-                // What the cache holds is unknown after a failed step: forget it.
-                backend.truncate(0);
-                return Err(e);
-            }
-        }
-        Ok(Prefilled {
-            cached_tokens: keep,
-            computed_tokens: ids.len() - keep,
-        })
-    }
-
     /// Most tokens a conversation may hold: the KV cache's length.
     pub fn context_window(&self) -> usize {
         self.body.context_window()
-    }
-
-    /// A conversation's state as bytes: the KV cache of `prompt` (as `prefill` leaves
-    /// it) and what identifies its computation, for `restore` after a reload.
-    pub async fn save(
-        &mut self,
-        prompt: &Prompt,
-        opts: &GenerateOptions,
-        adapter: &AdapterChoice,
-    ) -> Result<Vec<u8>> {
-        self.prefill(prompt, opts, adapter).await?;
-        let name = match self.adapter(adapter)? {
-            Some(_) => self.adapter_name(adapter),
-            None => None,
-        };
-        let saved = Saved {
-            fingerprint: self.fingerprint(name.as_deref()),
-            tokens: self.body.held().0.to_vec(),
-            state: self.body.write_state().await?,
-        };
-        Ok(saved.to_bytes())
-    }
-
-    fn adapter_name(&self, choice: &AdapterChoice) -> Option<String> {
-        match choice {
-            AdapterChoice::Active => self.active.clone(),
-            AdapterChoice::None => None,
-            AdapterChoice::Named(n) => Some(n.clone()),
-        }
-    }
-
-    /// The model's, adapter `name`'s and the KV cache's identity.
-    fn fingerprint(&self, adapter: Option<&str>) -> u64 {
-        let a = adapter.and_then(|n| self.adapter_prints.iter().find(|p| p.0 == n));
-        let a = a.map(|p| p.1);
-        let mut f = Fingerprint::default()
-            .with(&self.print.to_le_bytes())
-            .with(&a.unwrap_or(0).to_le_bytes())
-            .with(self.body.layout().as_bytes());
-        // The base model's KV differs with its recovery adapter on or off (files
-        // without one keep the fingerprint they always had).
-        if adapter.is_none() && self.recovery.is_some() {
-            f = f.with(&[u8::from(self.recovery_on)]);
-        }
-        f.value()
-    }
-
-    /// Makes the KV cache hold a saved conversation again (`save`'s bytes): the next
-    /// reply that continues it runs only what is new. Refused (`BadOptions`) for bytes
-    /// saved from another model, adapter (none loaded here with the same files), KV
-    /// format or backend, or damaged.
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<usize> {
-        self.idle()?;
-        let saved = Saved::from_bytes(bytes)?;
-        let names = std::iter::once(None).chain(self.adapters.keys().map(|n| Some(n.clone())));
-        let names: Vec<Option<String>> = names.collect();
-        let Some(name) = names
-            .into_iter()
-            .find(|n| self.fingerprint(n.as_deref()) == saved.fingerprint)
-        else {
-            return Err(Error::invalid(
-                "this session was saved from another model, adapter, KV cache format or backend: it can only be restored where it was computed",
-            ));
-        };
-        if saved.tokens.len() >= self.context_window() {
-            return Err(Error::context_full(
-                "this saved session is longer than the context",
-            ));
-        }
-        let id = match &name {
-            Some(n) => self.adapters.get(n).map_or(0, |a| a.id()),
-            None => self.base_adapter().map_or(0, |a| a.id()),
-        };
-        let (live, held_by) = self.body.held();
-        if !live.is_empty() && !self.prefix.covers(live, held_by) {
-            let s = self.snapshot()?;
-            self.prefix.insert(s);
-        }
-        if let Err(e) = self.body.read_state(&saved.state, &saved.tokens, id) {
-            self.reset()?;
-            return Err(e);
-        }
-        Ok(saved.tokens.len())
-    }
-
-    /// The prefix cache's contents and what it saved.
-    pub fn prefix_stats(&self) -> PrefixStats {
-        self.prefix.stats()
-    }
-
-    /// Bytes the prefix cache may hold (snapshots over it are dropped, oldest first).
-    pub fn set_prefix_budget(&mut self, bytes: u64) {
-        self.prefix.set_budget(bytes);
-    }
-
-    /// Uploads a PEFT LoRA adapter under `name` (replacing one of that name).
-    pub fn load_adapter(&mut self, name: &str, config: &[u8], weights: &[u8]) -> Result<()> {
-        self.idle()?;
-        let mut adapter = crate::adapters::parse(config, weights, self.config())?;
-        // Trained on the recovered model, a task adapter runs on top of its recovery.
-        if let Some((base, _)) = &self.recovery {
-            adapter = crate::adapters::stack(base, &adapter);
-        }
-        let resident = self.body.upload(adapter)?;
-        if let Some(old) = self.adapters.insert(name.to_string(), Rc::from(resident)) {
-            self.prefix.forget_adapter(old.id());
-        }
-        let print = Fingerprint::default().with(config).with(weights).value();
-        self.adapter_prints.retain(|p| p.0 != name);
-        self.adapter_prints.push((name.to_string(), print));
-        Ok(())
-    }
-
-    /// The adapter of replies that do not name one (`None`: the base model).
-    pub fn use_adapter(&mut self, name: Option<&str>) -> Result<()> {
-        self.idle()?;
-        if let Some(n) = name {
-            self.adapter(&AdapterChoice::Named(n.into()))?;
-        }
-        self.active = name.map(str::to_string);
-        Ok(())
-    }
-
-    /// Frees an adapter's GPU memory; false when there was none of that name.
-    pub fn unload_adapter(&mut self, name: &str) -> Result<bool> {
-        self.idle()?;
-        if self.active.as_deref() == Some(name) {
-            self.active = None;
-        }
-        self.adapter_prints.retain(|p| p.0 != name);
-        match self.adapters.remove(name) {
-            Some(a) => {
-                self.prefix.forget_adapter(a.id());
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    pub fn adapters(&self) -> Vec<ResidentAdapter> {
-        self.adapters
-            .iter()
-            .map(|(name, a)| ResidentAdapter {
-                name: name.clone(),
-                bytes: a.bytes(),
-                rank: a.rank(),
-                active: self.active.as_deref() == Some(name),
-            })
-            .collect()
     }
 
     /// Forgets the conversation (the KV cache stays allocated).
@@ -822,37 +540,6 @@ impl Engine {
             d.state.clear();
         }
         Ok(())
-    }
-
-    /// Takes `draft`'s model as the draft of speculative decoding: it proposes the
-    /// guesses instead of prompt lookup (`speculate::draft`). Refused (`BadOptions`)
-    /// for a model of another vocabulary, and while this backend does not check
-    /// guesses in one pass (the GPU's, for now).
-    pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
-        self.can_draft()?;
-        same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
-        match (draft.body as Box<dyn Any>).downcast::<CpuLoaded>() {
-            Ok(d) => {
-                self.draft = Some(d);
-                Ok(())
-            }
-            Err(_) => Err(Error::invalid("a draft model runs on the CPU backend")),
-        }
-    }
-
-    fn can_draft(&mut self) -> Result<()> {
-        self.idle()?;
-        if self.body.backend(None).verifies() < 2 {
-            return Err(Error::invalid(
-                "a draft model needs a backend that checks several tokens in one pass: the CPU backend (not yet the GPU's)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Whether a draft model proposes the guesses (`set_draft`).
-    pub fn has_draft(&self) -> bool {
-        self.draft.is_some()
     }
 
     /// GPU memory Pippin holds for this model, by kind (all zero on the CPU backend).
@@ -882,57 +569,6 @@ impl Engine {
     }
 }
 
-/// A draft's tokens must be the target's, id for id: its guesses are the target's ids.
-fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
-    let n = target.vocab_size();
-    if draft.vocab_size() != n {
-        return Err(Error::invalid(format!(
-            "the draft model's vocabulary has {} tokens, the model's {n}: a draft needs the same vocabulary",
-            draft.vocab_size()
-        )));
-    }
-    match (0..n as u32).find(|&id| target.token_text(id) != draft.token_text(id)) {
-        Some(id) => Err(Error::invalid(format!(
-            "the draft model's token {id} is {:?}, the model's {:?}: a draft needs the same vocabulary",
-            draft.token_text(id).unwrap_or_default(),
-            target.token_text(id).unwrap_or_default()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// A model's fingerprint: its header (metadata and tensor table), which names and
-/// shapes every weight and where it lies in the file.
-fn model_print(g: &Gguf) -> u64 {
-    use crate::gguf::{Array, Value};
-    let mut f = Fingerprint::default();
-    for (k, v) in g.metadata.iter() {
-        f = f.with(k.as_bytes());
-        // Strings and the vocabulary as they are; other values by their JSON-free
-        // integer form (a float's bits), arrays of numbers by their length.
-        f = match v {
-            Value::Str(s) => f.with(s.as_bytes()),
-            Value::Array(Array::Str(v)) => v.iter().fold(f, |f, s| f.with(s.as_bytes())),
-            Value::Array(_) => f,
-            Value::U32(x) => f.with(&x.to_le_bytes()),
-            Value::U64(x) => f.with(&x.to_le_bytes()),
-            Value::F32(x) => f.with(&x.to_le_bytes()),
-            _ => f,
-        };
-    }
-    for t in &g.tensors {
-        let at = [t.ty.id() as u64, t.shard as u64, t.offset, t.n_bytes];
-        let dims = t.dims.iter().chain(&at).flat_map(|d| d.to_le_bytes());
-        f = f.with(t.name.as_bytes()).with(&dims.collect::<Vec<u8>>());
-    }
-    f.value()
-}
-
 fn not_gpu() -> Error {
     Error::unsupported("this model runs on the CPU backend, not on a GPU")
-}
-
-/// The draft model as a backend (always the base model: a draft carries no adapter).
-fn draft_backend(d: &mut CpuLoaded) -> CpuBackend<'_> {
-    CpuBackend::new(&d.model, &mut d.state, None)
 }

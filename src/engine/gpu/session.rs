@@ -4,7 +4,7 @@
 
 use super::lora::GpuLoraAdapter;
 use super::model::GpuModel;
-use crate::engine::backend::{Backend, LateMask, Logits, Masked, SessionOptions, Want};
+use crate::engine::backend::{LateMask, Logits, SessionOptions, Want};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::attention::{self, LayerCache};
@@ -15,90 +15,22 @@ use crate::kernels::Pass;
 use crate::kernels::{Plan, Step};
 use std::collections::HashMap;
 
+mod backend;
+mod buffers;
 mod chain;
 mod footprint;
 mod forward;
 mod snapshot;
 
+pub use backend::GpuBackend;
 pub use snapshot::GpuSnapshot;
+
+use buffers::Buffers;
 
 pub use footprint::GpuFootprint;
 use footprint::{Sizes, MAX_PENALTY_IDS};
 
 use chain::InFlight;
-
-/// Activations for up to `chunk` tokens (`n` below; f32 unless said; sizes in
-/// `footprint::Sizes`).
-struct Buffers {
-    /// `kernels::Step`: the step's uniform.
-    step: wgpu::Buffer,
-    /// u32 `[n]`: the token ids of the chunk (a decode step's: chosen on the GPU).
-    tokens: wgpu::Buffer,
-    /// `[n][hidden]`: the residual stream.
-    x: wgpu::Buffer,
-    /// `[n][hidden]`: x normed (what a LoRA update reads), or a post-normed output.
-    h: wgpu::Buffer,
-    /// `[n][q_dim + 2·kv_dim]`: Q|K|V (a convolution's B|C|x: `[n][3·hidden]`).
-    qkv: wgpu::Buffer,
-    /// `[n][q_dim]`: the attention's output (a convolution's: `[n][hidden]`).
-    att: wgpu::Buffer,
-    /// `[n][2·ffn]`: gate|up.
-    gu: wgpu::Buffer,
-    /// `[n][ffn]`: act(gate)·up.
-    act: wgpu::Buffer,
-    /// `[n_heads][splits][head_dim + 2]`: split attention's partial outputs, max, sum.
-    part: wgpu::Buffer,
-    /// `[hidden]`: the last token's normed hidden state.
-    last: wgpu::Buffer,
-    /// `[verify_rows][vocab]`: logits (one row, or a speculative check's every row).
-    logits: wgpu::Buffer,
-    /// u32 `[1 + MAX_PENALTY_IDS]`: how many ids, then the ids the penalty applies to.
-    penalty_ids: wgpu::Buffer,
-    /// `[max_context][rope_dim / 2][2]` (cos, sin) tables: [global layers,
-    /// sliding-window layers] (the same table twice when the model has one RoPE).
-    rope: [wgpu::Buffer; 2],
-    /// `[n][rank ≤ 256]`: A·x of a LoRA update.
-    lora_t: wgpu::Buffer,
-    /// Read-back buffers, reused every step: the candidates (`[MAX_K]` of (id,
-    /// logit)), the logits (`[verify_rows][vocab]`), and the picked token (u32) of
-    /// chained steps (two: one step's is read while the next runs).
-    read_top: wgpu::Buffer,
-    read_logits: wgpu::Buffer,
-    read_choice: [wgpu::Buffer; 2],
-}
-
-impl Buffers {
-    /// GPU bytes these hold (a RoPE table shared by both kinds of layer counts once).
-    fn bytes(&self) -> u64 {
-        let rope = if self.rope[0] == self.rope[1] {
-            &self.rope[..1]
-        } else {
-            &self.rope[..]
-        };
-        [
-            &self.step,
-            &self.tokens,
-            &self.x,
-            &self.h,
-            &self.qkv,
-            &self.att,
-            &self.gu,
-            &self.act,
-            &self.part,
-            &self.last,
-            &self.logits,
-            &self.penalty_ids,
-            &self.lora_t,
-            &self.read_top,
-            &self.read_logits,
-        ]
-        .into_iter()
-        .chain(rope)
-        .chain(&self.read_choice)
-        .map(wgpu::Buffer::size)
-        .sum()
-    }
-}
 
 pub struct GpuSession {
     opts: SessionOptions,
@@ -136,40 +68,7 @@ impl GpuSession {
         let g = &m.gpu;
         let opts = footprint::fit(c, opts, g.max_binding());
         let z = Sizes::of(c, &opts, g.max_binding());
-        let factors = m.rope_factors.as_deref();
-        // One table per kind of layer there is (global, sliding-window).
-        let table = |l: usize| {
-            let freqs = c.rope_freqs(factors, l);
-            g.upload_f32(
-                "rope table",
-                &elementwise::rope_table(c, &freqs, opts.max_context),
-            )
-        };
-        let (global, local) = c.first_of_each_kind();
-        let rope_global = table(global.or(local).unwrap_or(0))?;
-        let rope_local = match (local, global) {
-            (Some(l), Some(_)) => table(l)?,
-            _ => rope_global.clone(),
-        };
-        let b = Buffers {
-            step: g.uniform("step", bytemuck::bytes_of(&Step::default())),
-            tokens: g.storage("tokens", z.tokens)?,
-            x: g.storage("x", z.x)?,
-            h: g.storage("h", z.h)?,
-            qkv: g.storage("qkv", z.qkv)?,
-            att: g.storage("attention out", z.att)?,
-            gu: g.storage("gate|up", z.gu)?,
-            act: g.storage("swiglu", z.act)?,
-            part: g.storage("attention partials", z.part)?,
-            last: g.storage("last hidden", z.last)?,
-            logits: g.storage("logits", z.logits)?,
-            penalty_ids: g.storage("penalty ids", z.penalty_ids)?,
-            rope: [rope_global, rope_local],
-            lora_t: g.storage("LoRA A·x", z.lora_t)?,
-            read_top: g.readback(z.read_top),
-            read_logits: g.readback(z.read_logits),
-            read_choice: [g.readback(z.read_choice), g.readback(z.read_choice)],
-        };
+        let b = Buffers::new(m, &opts, &z)?;
         let cache = (0..c.n_layers)
             .map(|l| match c.is_conv(l) {
                 true => LayerCache::conv(g, c),
@@ -722,91 +621,4 @@ enum Part {
     Body,
     /// Top-k and the pick.
     Pick,
-}
-
-/// A session running on its model: what the generate loop drives.
-pub struct GpuBackend<'a> {
-    model: &'a GpuModel,
-    session: &'a mut GpuSession,
-    adapter: Option<&'a GpuLoraAdapter>,
-}
-
-impl<'a> GpuBackend<'a> {
-    /// The base model.
-    pub fn new(model: &'a GpuModel, session: &'a mut GpuSession) -> Self {
-        Self::with_adapter(model, session, None)
-    }
-
-    /// The model with a LoRA adapter (or none). A KV cache computed with another
-    /// adapter is dropped: the conversation is run again from its start.
-    pub fn with_adapter(
-        model: &'a GpuModel,
-        session: &'a mut GpuSession,
-        adapter: Option<&'a GpuLoraAdapter>,
-    ) -> Self {
-        let id = adapter.map_or(0, |a| a.id);
-        if session.adapter_id != id {
-            session.clear();
-            session.adapter_id = id;
-        }
-        GpuBackend {
-            model,
-            session,
-            adapter,
-        }
-    }
-}
-
-impl Backend for GpuBackend<'_> {
-    async fn log_probs(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        self.session
-            .log_probs(self.model, self.adapter, tokens)
-            .await
-    }
-    async fn forward(&mut self, tokens: &[u32], want: Want<'_>) -> Result<Logits> {
-        self.session
-            .run(self.model, self.adapter, tokens, want, None)
-            .await
-    }
-    async fn forward_masked(&mut self, step: Masked<'_>) -> Result<Logits> {
-        let Masked { tokens, want, mask } = step;
-        self.session
-            .run(self.model, self.adapter, tokens, want, Some(mask))
-            .await
-    }
-    fn tokens(&self) -> &[u32] {
-        &self.session.tokens
-    }
-    fn truncate(&mut self, len: usize) {
-        self.session.truncate(len);
-    }
-    fn context_length(&self) -> usize {
-        self.session.opts.max_context
-    }
-    fn chains(&self) -> bool {
-        true
-    }
-    fn verifies(&self) -> usize {
-        match self.model.config.has_conv() {
-            // A convolution's state ring cannot be cut back past rejected guesses.
-            true => 0,
-            false => self.session.verify_rows,
-        }
-    }
-    async fn verify(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        if tokens.len() <= self.session.verifies() {
-            return self.session.verify(self.model, self.adapter, tokens).await;
-        }
-        // Past one-pass attention: one-token steps (the same logits, no saving).
-        crate::engine::backend::verify_by_steps(self, tokens).await
-    }
-    fn submit(&mut self, tokens: &[u32], want: Want<'_>) -> Result<()> {
-        self.session.submit(self.model, self.adapter, tokens, &want)
-    }
-    async fn chosen(&mut self) -> Result<u32> {
-        self.session.chosen(self.model).await
-    }
-    fn cancel(&mut self) {
-        self.session.cancel();
-    }
 }

@@ -1,0 +1,66 @@
+//! The draft model of speculative decoding: another model of the same vocabulary
+//! that proposes the guesses.
+
+use super::Engine;
+use crate::engine::backend::Backend;
+use crate::engine::cpu::{CpuBackend, CpuLoaded};
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+use std::any::Any;
+
+impl Engine {
+    /// Takes `draft`'s model as the draft of speculative decoding: it proposes the
+    /// guesses instead of prompt lookup (`speculate::draft`). Refused (`BadOptions`)
+    /// for a model of another vocabulary, and while this backend does not check
+    /// guesses in one pass (the GPU's, for now).
+    pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
+        self.can_draft()?;
+        same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
+        match (draft.body as Box<dyn Any>).downcast::<CpuLoaded>() {
+            Ok(d) => {
+                self.draft = Some(d);
+                Ok(())
+            }
+            Err(_) => Err(Error::invalid("a draft model runs on the CPU backend")),
+        }
+    }
+
+    pub(super) fn can_draft(&mut self) -> Result<()> {
+        self.idle()?;
+        if self.body.backend(None).verifies() < 2 {
+            return Err(Error::invalid(
+                "a draft model needs a backend that checks several tokens in one pass: the CPU backend (not yet the GPU's)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a draft model proposes the guesses (`set_draft`).
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
+    }
+}
+
+/// A draft's tokens must be the target's, id for id: its guesses are the target's ids.
+pub(super) fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let n = target.vocab_size();
+    if draft.vocab_size() != n {
+        return Err(Error::invalid(format!(
+            "the draft model's vocabulary has {} tokens, the model's {n}: a draft needs the same vocabulary",
+            draft.vocab_size()
+        )));
+    }
+    match (0..n as u32).find(|&id| target.token_text(id) != draft.token_text(id)) {
+        Some(id) => Err(Error::invalid(format!(
+            "the draft model's token {id} is {:?}, the model's {:?}: a draft needs the same vocabulary",
+            draft.token_text(id).unwrap_or_default(),
+            target.token_text(id).unwrap_or_default()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The draft model as a backend (always the base model: a draft carries no adapter).
+pub(super) fn draft_backend(d: &mut CpuLoaded) -> CpuBackend<'_> {
+    CpuBackend::new(&d.model, &mut d.state, None)
+}
