@@ -8,6 +8,7 @@
 use super::{Adapter, Lora};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Metadata};
+use crate::model::arch::LayerTensor;
 use crate::model::weights::{Reads, Role};
 use crate::model::{Config, PerProj, Proj};
 use crate::quant::GgmlType;
@@ -20,7 +21,7 @@ pub const TRAINED: &str = "pippin.recovery.trained";
 /// The tensor holding layer `layer`'s A (or B) of projection `p`.
 pub fn tensor_name(layer: usize, p: Proj, a: bool) -> String {
     let half = if a { "recovery_a" } else { "recovery_b" };
-    format!("blk.{layer}.{}.{half}", p.gguf_name())
+    format!("blk.{layer}.{}.{half}", LayerTensor::of(p).gguf())
 }
 
 /// (layer, projection, is A) of a recovery tensor's name.
@@ -33,7 +34,9 @@ pub fn parse_name(name: &str) -> Option<(usize, Proj, bool)> {
         "recovery_b" => false,
         _ => return None,
     };
-    let p = Proj::ALL.into_iter().find(|p| p.gguf_name() == matrix)?;
+    let p = Proj::ALL
+        .into_iter()
+        .find(|&p| LayerTensor::of(p).gguf() == matrix)?;
     Some((layer.parse().ok()?, p, a))
 }
 

@@ -332,7 +332,7 @@ fn write_tensors(
     for t in &g.tensors {
         if let Some(&(l, m)) = by_name.get(t.name.as_str()) {
             let e = &entries[l * Proj::ALL.len() + m];
-            let values = Proj::ALL[m].of(&r.weights.layers[l]);
+            let values = r.weights.layers[l].proj(Proj::ALL[m]);
             let shape = (e.rows, e.cols);
             let p = plan::quantize(
                 values,

@@ -160,11 +160,11 @@ pub fn sensitivities(
     for l in 0..c.n_layers {
         for (m, p) in Proj::ALL.into_iter().enumerate() {
             let shape = p.shape(&c);
-            let w = p.of_mut(&mut r.weights.layers[l]);
+            let w = r.weights.layers[l].proj_mut(p);
             let pal = quantize(w, shape, 2, rows_per_lut, seed, Some(cal), (l, m));
             let original = std::mem::replace(w, pal.dequantize());
             out.push(cal.divergence(r, l)?);
-            *p.of_mut(&mut r.weights.layers[l]) = original;
+            *r.weights.layers[l].proj_mut(p) = original;
         }
         let row = &out[l * Proj::ALL.len()..];
         log(&format!(

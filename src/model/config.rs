@@ -3,9 +3,7 @@
 //! loaders and kernels compute from a `Config` is checked here first, with checked
 //! arithmetic, so a crafted file gets an error instead of a panic or a wrapped size.
 
-use super::arch::Arch;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -27,6 +25,33 @@ pub enum Activation {
     Silu = 1,
     /// GELU, tanh approximation (GeGLU): Gemma.
     GeluTanh = 2,
+}
+
+/// A model family, by its GGUF `general.architecture` name (what each is, and its
+/// code: `arch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama, SmolLM2, Llama 3.x, Mistral-style checkpoints.
+    Llama,
+    /// Qwen3: per-head RMSNorm on queries and keys, half-split RoPE.
+    Qwen3,
+    /// Gemma 3: scaled embeddings, QK-norm, sandwich norms, GeGLU, sliding-window
+    /// attention on five of every six layers.
+    Gemma3,
+    /// Qwen2 / Qwen2.5: half-split RoPE, biases on Q, K and V.
+    Qwen2,
+    /// IBM Granite 3: embedding, attention, residual and logit multipliers.
+    Granite,
+    /// SmolLM3: every fourth layer without RoPE.
+    Smollm3,
+    /// Gemma 2: Gemma's block without QK-norm, soft-capped attention scores and
+    /// logits, a sliding window on every other layer.
+    Gemma2,
+    /// Phi-3, Phi-3.5, Phi-4-mini: fused Q|K|V and gate|up, partial RoPE, LongRoPE.
+    Phi3,
+    /// LiquidAI LFM2: gated short-convolution layers beside GQA layers.
+    Lfm2,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -143,11 +168,6 @@ pub const MAX_CONV_TAPS: usize = 8;
 pub const MAX_CONV_MODEL_LAYERS: usize = 64;
 
 impl Config {
-    /// The config of a file, read by its family (`arch`), validated.
-    pub fn from_gguf(g: &Gguf) -> Result<Config> {
-        super::arch::config_of(g)
-    }
-
     /// Checks every size the model's tensors, buffers and kernels derive from this
     /// config: positive, within bounds, in the widths the kernels take, and small
     /// enough that no product overflows (on 32-bit wasm too).
@@ -264,11 +284,6 @@ impl Config {
     /// Query heads that share one KV head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads
-    }
-
-    /// How layer `l` runs, as its family says: what the forwards execute.
-    pub fn block(&self, l: usize) -> super::arch::Block {
-        self.arch.family().block(self, l)
     }
 
     /// Whether layer `l` mixes tokens by a short convolution (else by attention).

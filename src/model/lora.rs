@@ -89,7 +89,7 @@ fn concat(x: &Lora, y: &Lora) -> Lora {
 pub fn merge_into(w: &mut Weights, adapter: &Adapter) {
     for (layer, loras) in w.layers.iter_mut().zip(&adapter.layers) {
         for (p, lora) in loras.iter() {
-            let target = p.of_mut(layer);
+            let target = layer.proj_mut(p);
             if let Some(l) = lora {
                 for r in 0..l.rows {
                     let row = &mut target[r * l.cols..][..l.cols];

@@ -2,7 +2,6 @@
 //! the converter palettizes, what the GPU forward applies — instead of slot numbers.
 
 use super::config::Config;
-use super::weights::Layer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proj {
@@ -48,11 +47,6 @@ impl Proj {
         "down_proj",
     ];
 
-    /// llama.cpp's tensor name within a block (`blk.N.<name>.weight`).
-    pub fn gguf_name(self) -> &'static str {
-        super::arch::LayerTensor::of(self).gguf()
-    }
-
     /// Whether it is one of the attention block's (PEFT's `self_attn`).
     pub fn is_attention(self) -> bool {
         self.index() < 4
@@ -66,32 +60,6 @@ impl Proj {
             Proj::O => (c.hidden, c.q_dim()),
             Proj::Gate | Proj::Up => (c.ffn_dim, c.hidden),
             Proj::Down => (c.hidden, c.ffn_dim),
-        }
-    }
-
-    /// The projection's weights in a layer (f32 in the reference, quantized in the CPU
-    /// backend).
-    pub fn of<M>(self, l: &Layer<M>) -> &M {
-        match self {
-            Proj::Q => &l.wq,
-            Proj::K => &l.wk,
-            Proj::V => &l.wv,
-            Proj::O => &l.wo,
-            Proj::Gate => &l.w_gate,
-            Proj::Up => &l.w_up,
-            Proj::Down => &l.w_down,
-        }
-    }
-
-    pub fn of_mut(self, l: &mut Layer) -> &mut Vec<f32> {
-        match self {
-            Proj::Q => &mut l.wq,
-            Proj::K => &mut l.wk,
-            Proj::V => &mut l.wv,
-            Proj::O => &mut l.wo,
-            Proj::Gate => &mut l.w_gate,
-            Proj::Up => &mut l.w_up,
-            Proj::Down => &mut l.w_down,
         }
     }
 }
@@ -128,7 +96,6 @@ mod tests {
         for (i, p) in Proj::ALL.into_iter().enumerate() {
             assert_eq!(p.index(), i);
         }
-        assert_eq!(Proj::O.gguf_name(), "attn_output");
         assert!(Proj::V.is_attention() && !Proj::Gate.is_attention());
     }
 }

@@ -315,7 +315,7 @@ impl<M: Linear> LayerOps for RefLayer<'_, '_, M> {
         let tokens = self.x.len() / self.r.config.hidden;
         let cols = x.len() / tokens.max(1);
         let mut out: Rows = (ps.members().iter())
-            .map(|&p| self.at.apply(p, p.of(self.w), &x, cols))
+            .map(|&p| self.at.apply(p, self.w.proj(p), &x, cols))
             .collect();
         if let (Projs::Mixer, Some(biases)) = (ps, &self.w.qkv_bias) {
             out.iter_mut().zip(biases).for_each(|(y, b)| add_rows(y, b));

@@ -1,73 +1,15 @@
 //! Which tensors a model needs, with their expected shapes, and loading them
 //! dequantized to f32 for the CPU reference. The GPU loader uses the same list.
 
+pub use super::arch::tensors::{RowsOf, TensorSpec};
 use super::arch::{GlobalTensor, LayerTensor};
 use super::config::Config;
+use super::Proj;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::quant::palette::{self, Palettized};
 use crate::quant::GgmlType;
 use std::collections::HashMap;
-
-/// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`), or a
-/// vector (a norm's weights, RoPE factors: `rows == 1`). Whether a tensor is a matrix
-/// is the model's decision, never inferred from its size: a file can make a matrix
-/// one row long.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub rows: usize,
-    pub cols: usize,
-    pub matrix: bool,
-    /// Where the file fuses this matrix with others (Phi-3's Q|K|V): its rows in
-    /// that tensor. Loaders read them as a tensor of their own, named `name`.
-    pub rows_of: Option<RowsOf>,
-}
-
-/// Rows `[row0, row0 + rows)` of `tensor`, a matrix of `total` rows.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RowsOf {
-    pub tensor: String,
-    pub row0: usize,
-    pub total: usize,
-}
-
-impl TensorSpec {
-    pub fn matrix(name: String, rows: usize, cols: usize) -> TensorSpec {
-        TensorSpec {
-            name,
-            rows,
-            cols,
-            matrix: true,
-            rows_of: None,
-        }
-    }
-
-    pub fn vector(name: String, len: usize) -> TensorSpec {
-        TensorSpec {
-            name,
-            rows: 1,
-            cols: len,
-            matrix: false,
-            rows_of: None,
-        }
-    }
-
-    /// This matrix as rows `row0..` of `tensor`, a matrix of `total` rows.
-    pub fn in_rows_of(self, tensor: String, row0: usize, total: usize) -> TensorSpec {
-        let rows_of = Some(RowsOf {
-            tensor,
-            row0,
-            total,
-        });
-        TensorSpec { rows_of, ..self }
-    }
-
-    /// The file's tensor that holds it.
-    pub fn stored_as(&self) -> &str {
-        self.rows_of.as_ref().map_or(&self.name, |r| &r.tensor)
-    }
-}
 
 /// Layer `i`'s tensors, as its family has them.
 pub fn layer_specs(c: &Config, i: usize) -> Vec<TensorSpec> {
@@ -235,6 +177,33 @@ pub struct Layer<M = Vec<f32>> {
     pub qkv_bias: Option<[Vec<f32>; 3]>,
     /// A convolution layer's taps, `[hidden][conv_taps]` (LFM2).
     pub conv: Option<Vec<f32>>,
+}
+
+impl<M> Layer<M> {
+    /// Projection `p`'s matrix.
+    pub fn proj(&self, p: Proj) -> &M {
+        match p {
+            Proj::Q => &self.wq,
+            Proj::K => &self.wk,
+            Proj::V => &self.wv,
+            Proj::O => &self.wo,
+            Proj::Gate => &self.w_gate,
+            Proj::Up => &self.w_up,
+            Proj::Down => &self.w_down,
+        }
+    }
+
+    pub fn proj_mut(&mut self, p: Proj) -> &mut M {
+        match p {
+            Proj::Q => &mut self.wq,
+            Proj::K => &mut self.wk,
+            Proj::V => &mut self.wv,
+            Proj::O => &mut self.wo,
+            Proj::Gate => &mut self.w_gate,
+            Proj::Up => &mut self.w_up,
+            Proj::Down => &mut self.w_down,
+        }
+    }
 }
 
 /// All weights, row-major `[rows][cols]`: matrices of type `M` (f32 in the reference),

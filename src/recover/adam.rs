@@ -1,7 +1,7 @@
 //! Adam with decoupled weight decay over the LoRA variables, its moments kept as
 //! tensors so a checkpoint can hold them (training resumes where it stopped).
 
-use super::net::ce;
+use super::tensors::ce;
 use crate::error::Result;
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};

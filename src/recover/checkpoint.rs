@@ -4,7 +4,7 @@
 //! state made with other options.
 
 use super::adam::Adam;
-use super::net::ce;
+use super::tensors::ce;
 use super::Options;
 use crate::adapters::write::tensor;
 use crate::error::{Error, Result};

@@ -4,13 +4,11 @@
 //! parallel. Built from candle's primitives it took ~15 vocabulary-sized tensors a
 //! step, on one thread (2 of every 13 s of a step on the default model).
 
-use super::net::{ce, contiguous_f32};
+use super::tensors::{ce, contiguous_f32, R};
 use crate::error::Result;
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
-
-type R<T> = std::result::Result<T, candle_core::Error>;
 
 struct Kl {
     /// The teacher's logits, `[positions][vocab]`.

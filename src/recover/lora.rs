@@ -2,7 +2,7 @@
 //! `[out][rank]` as candle variables, initialized as PEFT initializes them (A uniform
 //! within ±1/√in, B zero: the adapter starts as the identity), and their PEFT form.
 
-use super::net::ce;
+use super::tensors::ce;
 use crate::adapters::{needs_permutation, reorder_rows, PeftLora, RowOrder};
 use crate::error::Result;
 use crate::model::{Config, Proj};

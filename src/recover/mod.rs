@@ -18,6 +18,7 @@ pub mod net;
 mod qat;
 mod refit;
 mod samples;
+mod tensors;
 
 use crate::adapters::{self, PeftSpec};
 use crate::error::{Error, Result};
@@ -27,12 +28,13 @@ use crate::rng::Rng;
 use adam::Adam;
 pub use embed::{embed, embed_peft, REFIT};
 use lora::Loras;
-use net::{ce, Net};
+use net::Net;
 use refit::Refit;
 /// The refit's file in a `recover` folder.
 pub use refit::FILE as REFIT_FILE;
 pub use samples::self_written;
 use std::path::Path;
+use tensors::ce;
 use web_time::Instant;
 
 /// How to train.

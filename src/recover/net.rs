@@ -7,19 +7,12 @@
 use super::lora::Loras;
 use super::qat;
 use super::refit::{self, Refit};
+use super::tensors::{ce, contiguous_f32, matmul_t, R};
 use crate::error::{Error, Result};
 use crate::model::arch::block::{self, Block, LayerOps, Norm, Projs};
 use crate::model::arch::{GlobalTensor, LayerTensor};
 use crate::model::{Activation, Config, Proj, RopeStyle, Weights};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, Var, D};
-
-/// candle's errors are internal to training: they become `Error::Internal` with
-/// candle's message (shapes are ours, so one means a bug here).
-pub(crate) fn ce(e: candle_core::Error) -> Error {
-    Error::Internal(format!("recover: {e}"))
-}
-
-type R<T> = std::result::Result<T, candle_core::Error>;
 
 /// A frozen matrix `[rows][cols]`: `x · Wᵀ`, whose backward gives `x` its gradient
 /// only. candle's own matmul also computes the gradient of the matrix, a second
@@ -49,26 +42,6 @@ impl CustomOp1 for Frozen {
                 .reshape(shape)?,
         ))
     }
-}
-
-/// A custom op's f32 input as one slice (the ops here take contiguous tensors).
-pub(crate) fn contiguous_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> R<&'a [f32]> {
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("{op}: strided input")))?;
-    Ok(&s.as_slice::<f32>()?[a..b])
-}
-
-/// `x · Wᵀ` over the last dimension of `x`, as one 2-D product: candle's batched
-/// `broadcast_matmul` copies a transposed right-hand side for every batch (the output
-/// head: 28 M floats a call).
-pub(crate) fn matmul_t(x: &Tensor, w: &Tensor) -> R<Tensor> {
-    let dims = x.dims();
-    let mut shape = dims.to_vec();
-    *shape.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
-    x.reshape(((), dims[dims.len() - 1]))?
-        .matmul(&w.t()?)?
-        .reshape(shape)
 }
 
 /// A projection's matrix: frozen, palettized with trainable tables (`refit`), or
@@ -137,11 +110,7 @@ impl Net {
             for l in &w.layers {
                 let m = |p: Proj| -> R<Matrix> {
                     let (rows, cols) = p.shape(c);
-                    Ok(Matrix::Frozen(Frozen(matrix(
-                        p.of::<Vec<f32>>(l),
-                        rows,
-                        cols,
-                    )?)))
+                    Ok(Matrix::Frozen(Frozen(matrix(l.proj(p), rows, cols)?)))
                 };
                 let opt = |v: &Option<Vec<f32>>| v.as_deref().map(vector).transpose();
                 layers.push(Layer {

@@ -7,33 +7,9 @@
 //! whose gradient keeps pushing it across the midpoint between two entries moves to
 //! the other one — what fixed indices (`refit`) cannot do; the tables train too.
 
-use super::net::contiguous_f32;
-use super::refit::Indices;
-use crate::par::*;
+use super::refit::{assign, Indices};
+use super::tensors::{contiguous_f32, R};
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
-
-type R<T> = std::result::Result<T, candle_core::Error>;
-
-/// Each weight's nearest entry in its row group's table (`lut` `[groups][entries]`,
-/// in any order: trained tables do not stay sorted); ties go to the lower value.
-pub fn assign(shape: &Indices, latent: &[f32], lut: &[f32]) -> Vec<u8> {
-    let (cols, k) = (shape.cols, shape.entries);
-    let mut out = vec![0u8; shape.rows * cols];
-    let span = shape.rows_per_lut * cols;
-    out.par_chunks_mut(span)
-        .zip(latent.par_chunks(span))
-        .enumerate()
-        .for_each(|(g, (out, w))| {
-            let table = &lut[g * k..][..k];
-            let mut order: Vec<usize> = (0..k).collect();
-            order.sort_by(|&a, &b| table[a].total_cmp(&table[b]));
-            let sorted: Vec<f32> = order.iter().map(|&i| table[i]).collect();
-            for (o, &v) in out.iter_mut().zip(w) {
-                *o = order[crate::quant::palette::nearest(&sorted, v)] as u8;
-            }
-        });
-    out
-}
 
 /// `x · Wᵀ` for `W` the tables' entries nearest to the latent weights (the op's
 /// second and third inputs): the backward gives `x`, the tables and the latent

@@ -9,7 +9,7 @@
 //! a diagonal correction no low-rank update can make. Both go back into the
 //! palettized file in place of what they replace, so they cost no bytes.
 
-use super::net::{ce, contiguous_f32};
+use super::tensors::{ce, contiguous_f32, matmul_t, R};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorReader};
 use crate::model::arch::LayerTensor;
@@ -22,8 +22,6 @@ use candle_core::{CpuStorage, CustomOp2, Device, Layout, Shape, Tensor, Var};
 use safetensors::tensor::{Dtype, TensorView};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-type R<T> = std::result::Result<T, candle_core::Error>;
 
 /// A palettized matrix's fixed part: its indices and how rows share tables.
 #[derive(Clone)]
@@ -125,7 +123,7 @@ impl CustomOp2 for PaletteLinear {
 pub(super) fn forward(i: &Indices, lut: &[f32], x: &[f32], l: &Layout) -> R<(CpuStorage, Shape)> {
     let x = Tensor::from_slice(x, l.shape(), &Device::Cpu)?;
     let w = Tensor::from_vec(i.weight(lut), (i.rows, i.cols), &Device::Cpu)?;
-    let y = super::net::matmul_t(&x, &w)?;
+    let y = matmul_t(&x, &w)?;
     let shape = y.shape().clone();
     Ok((CpuStorage::F32(y.flatten_all()?.to_vec1()?), shape))
 }
@@ -187,7 +185,7 @@ impl Refit {
             return Ok(v);
         };
         let lut = values(table.as_tensor())?;
-        let idx = super::qat::assign(shape, &v, &lut);
+        let idx = assign(shape, &v, &lut);
         Ok(idx.into_iter().map(f32::from).collect())
     }
 }
@@ -349,6 +347,27 @@ pub fn load(dir: &std::path::Path) -> Result<Replacements> {
         out.insert(name, v);
     }
     Ok(out)
+}
+
+/// Each weight's nearest entry in its row group's table (`lut` `[groups][entries]`,
+/// in any order: trained tables do not stay sorted); ties go to the lower value.
+pub fn assign(shape: &Indices, latent: &[f32], lut: &[f32]) -> Vec<u8> {
+    let (cols, k) = (shape.cols, shape.entries);
+    let mut out = vec![0u8; shape.rows * cols];
+    let span = shape.rows_per_lut * cols;
+    out.par_chunks_mut(span)
+        .zip(latent.par_chunks(span))
+        .enumerate()
+        .for_each(|(g, (out, w))| {
+            let table = &lut[g * k..][..k];
+            let mut order: Vec<usize> = (0..k).collect();
+            order.sort_by(|&a, &b| table[a].total_cmp(&table[b]));
+            let sorted: Vec<f32> = order.iter().map(|&i| table[i]).collect();
+            for (o, &v) in out.iter_mut().zip(w) {
+                *o = order[crate::quant::palette::nearest(&sorted, v)] as u8;
+            }
+        });
+    out
 }
 
 #[cfg(test)]

@@ -5,14 +5,10 @@
 //! Llama 2, Mistral), see `spm`.
 
 use super::spm;
+use super::vocab::{added_tokens, vocab};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use serde_json::{json, Value};
-
-// llama.cpp token types.
-pub(super) const TT_NORMAL: i64 = 1;
-pub(super) const TT_CONTROL: i64 = 3;
-pub(super) const TT_USER_DEFINED: i64 = 4;
 
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -24,34 +20,6 @@ pub struct SpecialIds {
     pub eos: Option<u32>,
     pub eot: Option<u32>,
     pub add_bos: bool,
-}
-
-/// The vocabulary every GGUF tokenizer has: token texts and their llama.cpp types.
-pub(super) struct Vocab<'a> {
-    pub tokens: &'a [String],
-    pub types: Vec<i64>,
-}
-
-fn vocab(md: &Metadata) -> Result<Vocab<'_>> {
-    let tokens = md
-        .strings("tokenizer.ggml.tokens")
-        .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.tokens is missing".into()))?;
-    if tokens.is_empty() || tokens.len() > u32::MAX as usize {
-        return Err(Error::Tokenizer(format!(
-            "tokenizer.ggml.tokens has {} tokens",
-            tokens.len()
-        )));
-    }
-    let types = match md.array("tokenizer.ggml.token_type") {
-        Some(a) => a
-            .to_i64s()
-            .filter(|t| t.len() == tokens.len())
-            .ok_or_else(|| {
-                Error::Tokenizer("tokenizer.ggml.token_type does not match the tokens".into())
-            })?,
-        None => vec![TT_NORMAL; tokens.len()],
-    };
-    Ok(Vocab { tokens, types })
 }
 
 pub(super) fn special_ids(md: &Metadata, n_tokens: usize) -> SpecialIds {
@@ -87,19 +55,6 @@ pub fn build(md: &Metadata) -> Result<(tokenizers::Tokenizer, SpecialIds)> {
             "tokenizer type {other:?} (supported: byte-level BPE \"gpt2\" and SentencePiece \"llama\"); pass a tokenizer.json instead"
         ))),
     }
-}
-
-/// Added tokens as `tokenizers` takes them: control tokens are special (text only
-/// when special-token parsing is on), user-defined ones always match, as llama.cpp
-/// treats them.
-pub(super) fn added_tokens(v: &Vocab) -> Vec<(u32, String, bool)> {
-    v.tokens
-        .iter()
-        .zip(&v.types)
-        .enumerate()
-        .filter(|(_, (_, &ty))| ty == TT_CONTROL || ty == TT_USER_DEFINED)
-        .map(|(i, (tok, &ty))| (i as u32, tok.clone(), ty == TT_CONTROL))
-        .collect()
 }
 
 /// A byte-level BPE GGUF tokenizer as a `tokenizer.json` description.

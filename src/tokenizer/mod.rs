@@ -8,6 +8,7 @@ mod from_gguf;
 mod spm;
 mod stream;
 pub mod tools;
+mod vocab;
 
 pub use chat::{ChatTemplate, Message};
 pub use from_gguf::SpecialIds;

@@ -7,7 +7,7 @@
 //! are every split of every token into two tokens, ranked by the whole token's score;
 //! spaces are `▁`, prefixed to the text when `add_space_prefix` says so.
 
-use super::from_gguf::{added_tokens, Vocab, TT_NORMAL, TT_USER_DEFINED};
+use super::vocab::{added_tokens, Vocab, TT_NORMAL, TT_USER_DEFINED};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use std::collections::HashMap;

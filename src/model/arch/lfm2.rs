@@ -6,10 +6,10 @@
 //! Attention layers have QK-norm and half-split RoPE, and slide when the file gives
 //! `attention.sliding_window`. The final norm is stored as `token_embd_norm`.
 
+use super::TensorSpec;
 use super::{Family, GlobalTensor, Keys, LayerTensor};
 use crate::error::{Error, Result};
 use crate::model::config::{Config, RopeStyle, MAX_CONV_MODEL_LAYERS};
-use crate::model::weights::TensorSpec;
 
 pub struct Lfm2;
 

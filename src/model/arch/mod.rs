@@ -20,36 +20,12 @@ pub use block::{Block, LayerOps, Mixer, Norm, Projs, Rope};
 pub use keys::Keys;
 pub use tensors::{GlobalTensor, LayerTensor};
 
+pub use super::config::Arch;
+pub use tensors::TensorSpec;
+
 use super::config::Config;
-use super::weights::TensorSpec;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-
-/// A model family, by its GGUF `general.architecture` name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// Llama, SmolLM2, Llama 3.x, Mistral-style checkpoints.
-    Llama,
-    /// Qwen3: per-head RMSNorm on queries and keys, half-split RoPE.
-    Qwen3,
-    /// Gemma 3: scaled embeddings, QK-norm, sandwich norms, GeGLU, sliding-window
-    /// attention on five of every six layers.
-    Gemma3,
-    /// Qwen2 / Qwen2.5: half-split RoPE, biases on Q, K and V.
-    Qwen2,
-    /// IBM Granite 3: embedding, attention, residual and logit multipliers.
-    Granite,
-    /// SmolLM3: every fourth layer without RoPE.
-    Smollm3,
-    /// Gemma 2: Gemma's block without QK-norm, soft-capped attention scores and
-    /// logits, a sliding window on every other layer.
-    Gemma2,
-    /// Phi-3, Phi-3.5, Phi-4-mini: fused Q|K|V and gate|up, partial RoPE, LongRoPE.
-    Phi3,
-    /// LiquidAI LFM2: gated short-convolution layers beside GQA layers.
-    Lfm2,
-}
 
 impl Arch {
     pub const ALL: [Arch; 9] = [
@@ -140,6 +116,18 @@ pub trait Family: Sync {
     /// The tensors outside the layers.
     fn global_tensors(&self, c: &Config) -> Vec<GlobalTensor> {
         tensors::standard_globals(c)
+    }
+}
+
+impl Config {
+    /// The config of a file, read by its family (`arch`), validated.
+    pub fn from_gguf(g: &Gguf) -> Result<Config> {
+        config_of(g)
+    }
+
+    /// How layer `l` runs, as its family says: what the forwards execute.
+    pub fn block(&self, l: usize) -> Block {
+        self.arch.family().block(self, l)
     }
 }
 

@@ -8,10 +8,10 @@
 //! llama.cpp does for such contexts. `attention.sliding_window` is not applied
 //! (llama.cpp disables it for this family: the converters write it inconsistently).
 
+use super::TensorSpec;
 use super::{Family, GlobalTensor, Keys, LayerTensor};
 use crate::error::Result;
 use crate::model::config::{Config, RopeStyle};
-use crate::model::weights::TensorSpec;
 
 pub struct Phi3;
 

@@ -3,7 +3,6 @@
 //! knows its name and its shape in a model.
 
 use crate::model::config::Config;
-use crate::model::weights::TensorSpec;
 use crate::model::Proj;
 
 /// What a tensor is to a layer.
@@ -207,4 +206,64 @@ pub fn standard_globals(c: &Config) -> Vec<GlobalTensor> {
         v.push(GlobalTensor::RopeFreqs);
     }
     v
+}
+
+/// A weight matrix of `rows` outputs × `cols` inputs (GGUF dims `[cols, rows]`), or a
+/// vector (a norm's weights, RoPE factors: `rows == 1`). Whether a tensor is a matrix
+/// is the model's decision, never inferred from its size: a file can make a matrix
+/// one row long.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub matrix: bool,
+    /// Where the file fuses this matrix with others (Phi-3's Q|K|V): its rows in
+    /// that tensor. Loaders read them as a tensor of their own, named `name`.
+    pub rows_of: Option<RowsOf>,
+}
+
+/// Rows `[row0, row0 + rows)` of `tensor`, a matrix of `total` rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowsOf {
+    pub tensor: String,
+    pub row0: usize,
+    pub total: usize,
+}
+
+impl TensorSpec {
+    pub fn matrix(name: String, rows: usize, cols: usize) -> TensorSpec {
+        TensorSpec {
+            name,
+            rows,
+            cols,
+            matrix: true,
+            rows_of: None,
+        }
+    }
+
+    pub fn vector(name: String, len: usize) -> TensorSpec {
+        TensorSpec {
+            name,
+            rows: 1,
+            cols: len,
+            matrix: false,
+            rows_of: None,
+        }
+    }
+
+    /// This matrix as rows `row0..` of `tensor`, a matrix of `total` rows.
+    pub fn in_rows_of(self, tensor: String, row0: usize, total: usize) -> TensorSpec {
+        let rows_of = Some(RowsOf {
+            tensor,
+            row0,
+            total,
+        });
+        TensorSpec { rows_of, ..self }
+    }
+
+    /// The file's tensor that holds it.
+    pub fn stored_as(&self) -> &str {
+        self.rows_of.as_ref().map_or(&self.name, |r| &r.tensor)
+    }
 }
