@@ -8,7 +8,7 @@ import { completionsFor } from "./openai.js";
 import { PippinError, ERROR_CODES, asPippinError, loadAborted } from "./errors.js";
 import { startTeam } from "./team.js";
 import { generationOptions } from "./options.js";
-import { CACHE, SIZE_HEADER, download, abortable, shardUrls, openSource, inFolder, adapterBytes } from "./source.js";
+import { CACHE, SIZE_HEADER, abortable, shardUrls, openSource, inFolder, adapterBytes } from "./source.js";
 
 export { PippinError, ERROR_CODES };
 

@@ -1,18 +1,17 @@
 //! `pippin generate`: a prompt or a conversation answered by the CPU reference, the CPU
 //! backend or the GPU, streamed to standard output.
 
-use crate::{load_engine, parse_kv, read_adapter, DEFAULT_MODEL};
+use crate::{load_engine, model_tokenizer, parse_kv, read_adapter, DEFAULT_MODEL};
 use clap::Args;
 use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
     self, Engine, GenerateOptions, ReferenceSession, SessionOptions, Speculation, ToolChoice,
     ToolMode,
 };
-use pippin::gguf::Gguf;
 use pippin::guided::ResponseFormat;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
-use pippin::tokenizer::{Message, Tokenizer};
+use pippin::tokenizer::Message;
 use pippin::{Error, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -162,13 +161,7 @@ fn messages(a: &GenerateArgs) -> Result<Option<Vec<Message>>> {
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
-    if a.no_recovery && a.adapter.is_some() {
-        return Err(Error::invalid(
-            "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
-        ));
-    }
-    let (gguf, _) = Gguf::open(&a.model)?;
-    let tk = Tokenizer::from_gguf(&gguf.metadata)?;
+    let tk = model_tokenizer(&a.model, a.no_recovery, a.adapter.is_some())?;
     let opts = GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerOptions {

@@ -203,6 +203,18 @@ fn main() {
     }
 }
 
+/// The tokenizer of the model at `path`, its options checked: `--no-recovery` with
+/// `--adapter` is refused (a task adapter runs on top of the recovery adapter).
+fn model_tokenizer(path: &std::path::Path, no_recovery: bool, adapter: bool) -> Result<Tokenizer> {
+    if no_recovery && adapter {
+        return Err(Error::invalid(
+            "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
+        ));
+    }
+    let (gguf, _) = Gguf::open(path)?;
+    Tokenizer::from_gguf(&gguf.metadata)
+}
+
 fn parse_kv(s: &str) -> std::result::Result<KvFormat, String> {
     KvFormat::parse(s)
         .ok_or_else(|| format!("{s:?} is not a KV cache format (int8, int4, f16, f32)"))

@@ -5,10 +5,8 @@ use clap::{Args, ValueEnum};
 use pippin::convert::{self, Bits, Embedding};
 use pippin::engine::perplexity::perplexity;
 use pippin::engine::{Engine, ReferenceSession, SessionOptions};
-use pippin::gguf::Gguf;
 use pippin::quant::kv::KvFormat;
 use pippin::recover;
-use pippin::tokenizer::Tokenizer;
 use pippin::{Error, Result};
 use std::path::{Path, PathBuf};
 use web_time::Instant;
@@ -207,13 +205,7 @@ pub struct PerplexityArgs {
 }
 
 pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
-    if a.no_recovery && a.adapter.is_some() {
-        return Err(Error::invalid(
-            "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
-        ));
-    }
-    let (g, _) = Gguf::open(&a.model)?;
-    let tk = Tokenizer::from_gguf(&g.metadata)?;
+    let tk = crate::model_tokenizer(&a.model, a.no_recovery, a.adapter.is_some())?;
     let mut tokens = tk.encode_prompt(&read_text(&a.text)?, false)?;
     if a.max_tokens > 0 {
         tokens.truncate(a.max_tokens);
