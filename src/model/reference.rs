@@ -272,9 +272,9 @@ type Rows = Vec<Vec<f32>>;
 fn one(mut v: Rows) -> Result<Vec<f32>> {
     match v.len() {
         1 => Ok(v.swap_remove(0)),
-        n => Err(Error::internal(format!(
-            "a value of {n} arrays where one was due"
-        ))),
+        _ => Err(Error::internal(
+            "reference: several arrays where one was due",
+        )),
     }
 }
 
@@ -297,7 +297,7 @@ impl<M: Linear> RefLayer<'_, '_, M> {
             Norm::PostAttn => w.post_attn_norm.as_deref(),
             Norm::PostFfn => w.post_ffn_norm.as_deref(),
         }
-        .ok_or_else(|| Error::internal(format!("layer {} has no {n:?} norm", self.at.l)))
+        .ok_or_else(|| Error::internal("reference: a layer lacks a norm its block runs"))
     }
 }
 

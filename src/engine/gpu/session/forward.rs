@@ -258,8 +258,8 @@ enum Val<'a> {
     Projected(Input<'a>, Projs),
 }
 
-fn out_of_order(what: &str) -> Error {
-    Error::internal(format!("GPU forward: {what} out of the block's order"))
+fn out_of_order(what: &'static str) -> Error {
+    Error::internal(what)
 }
 
 /// One layer of a forward pass as kernels: the block's operations, recorded.
@@ -280,7 +280,9 @@ impl<'s> GpuLayerOps<'s, '_, '_, '_> {
     /// over the stack, the adapter's updates, the biases.
     fn mixer_inputs(&mut self, v: Val<'s>) -> Result<()> {
         let Val::Projected(Input::Normed(norm_w), Projs::Mixer) = v else {
-            return Err(out_of_order("the mixer's inputs"));
+            return Err(out_of_order(
+                "GPU forward: the mixer's inputs out of the block's order",
+            ));
         };
         let LayerAt { m, lora, n, .. } = self.at;
         let (c, b, w) = (&m.config, &self.s.b, self.layer());
@@ -320,14 +322,18 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
         match n {
             Norm::Attn => Ok(Val::In(Input::Normed(&w.attn_norm))),
             Norm::Ffn => Ok(Val::In(Input::Normed(&w.ffn_norm))),
-            Norm::PostAttn | Norm::PostFfn => Err(out_of_order("a post norm as a value")),
+            Norm::PostAttn | Norm::PostFfn => Err(out_of_order(
+                "GPU forward: a post norm as a value out of the block's order",
+            )),
         }
     }
 
     fn project(&mut self, x: Val<'s>, ps: Projs) -> Result<Val<'s>> {
         match x {
             Val::In(input) => Ok(Val::Projected(input, ps)),
-            Val::Projected(..) => Err(out_of_order("a projection of a projection")),
+            Val::Projected(..) => Err(out_of_order(
+                "GPU forward: a projection of a projection out of the block's order",
+            )),
         }
     }
 
@@ -370,7 +376,7 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
         let taps = w
             .conv
             .as_ref()
-            .ok_or_else(|| Error::internal(format!("layer {l} has no convolution taps")))?;
+            .ok_or_else(|| Error::internal("GPU forward: a convolution layer without taps"))?;
         let (state, slots) = (&self.s.cache[l].k, self.s.cache[l].slots);
         let io = ConvIo {
             bcx: &b.qkv,
@@ -388,7 +394,9 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
     /// the normed GEMV's epilogue (one dispatch); else gate|up, updates, then the GLU.
     fn glu(&mut self, gate_up: Val<'s>, act: Activation) -> Result<Val<'s>> {
         let Val::Projected(Input::Normed(norm_w), Projs::GateUp) = gate_up else {
-            return Err(out_of_order("the GLU"));
+            return Err(out_of_order(
+                "GPU forward: the GLU out of the block's order",
+            ));
         };
         let LayerAt { m, lora, n, .. } = self.at;
         let w = self.layer();
@@ -422,14 +430,20 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
     /// written apart and post-normed into x.
     fn residual(&mut self, out: Val<'s>, post: Option<Norm>, scale: f32) -> Result<()> {
         let Val::Projected(Input::Rows(x, stride), ps) = out else {
-            return Err(out_of_order("a residual add"));
+            return Err(out_of_order(
+                "GPU forward: a residual add out of the block's order",
+            ));
         };
         let LayerAt { m, lora, n, .. } = self.at;
         let w = self.layer();
         let weights = match ps {
             Projs::Out => (&w.wo, lora(Proj::O)),
             Projs::Down => (&w.down, lora(Proj::Down)),
-            Projs::Mixer | Projs::GateUp => return Err(out_of_order("a residual add")),
+            Projs::Mixer | Projs::GateUp => {
+                return Err(out_of_order(
+                    "GPU forward: a residual add out of the block's order",
+                ))
+            }
         };
         let post = match post {
             None => None,
