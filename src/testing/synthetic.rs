@@ -424,3 +424,39 @@ pub fn with_dim0(mut bytes: Vec<u8>, name: &str, dim: u64) -> Vec<u8> {
     bytes[at..at + 8].copy_from_slice(&dim.to_le_bytes());
     bytes
 }
+
+/// The model at `src` cut to its first `layers` layers (real weights, tokenizer and
+/// template; `<arch>.block_count` rewritten), written to `dst`: the engine's behaviour
+/// (pipelining, sessions, masks, adapters) on a real file at a fraction of the work a
+/// token, for the GPU tests on a software adapter. Written beside `dst` and renamed,
+/// so test processes making it at once each see a whole file.
+pub fn truncated(src: &Path, dst: &Path, layers: usize) -> crate::error::Result<()> {
+    let (g, mut file) = crate::gguf::Gguf::open(src)?;
+    let arch = g.metadata.str("general.architecture").unwrap_or("llama");
+    let count = format!("{arch}.block_count");
+    let mut w = Writer::new();
+    for (k, v) in g.metadata.iter() {
+        let v = if k == count {
+            Value::U32(layers as u32)
+        } else {
+            v.clone()
+        };
+        w.meta(k, v);
+    }
+    let kept = |name: &str| match name.strip_prefix("blk.") {
+        Some(rest) => rest
+            .split('.')
+            .next()
+            .and_then(|l| l.parse::<usize>().ok())
+            .is_some_and(|l| l < layers),
+        None => true,
+    };
+    for t in g.tensors.iter().filter(|t| kept(&t.name)) {
+        let bytes = g.read_tensor(&mut file, t)?;
+        w.tensor(&t.name, &t.dims, t.ty, bytes)?;
+    }
+    let tmp = dst.with_extension(format!("{}.tmp", std::process::id()));
+    std::fs::write(&tmp, w.to_bytes()?)?;
+    std::fs::rename(&tmp, dst)?;
+    Ok(())
+}

@@ -3,11 +3,13 @@
 //! time (the GPU session seen through a backend that does not chain) write the same
 //! tokens: greedy and seeded sampling with every filter and the repetition penalty;
 //! max tokens, stop strings and a full context end the reply exactly, with the same
-//! tokens left in the KV cache; a failed read is reported and a retry goes on.
+//! tokens left in the KV cache; a failed read is reported and a retry goes on. On the
+//! default model cut to its first layers (`common::small_model_path`): the subject is
+//! the engine, not the model's numbers.
 
 use crate::common;
 
-use common::model_path;
+use common::small_model_path;
 // A backend seen one step at a time (`chains` is false).
 use common::plain::{through_errors, Fail, Through};
 use pippin::engine::{
@@ -23,8 +25,12 @@ fn model() -> &'static (GpuModel, Tokenizer) {
     static M: OnceLock<(GpuModel, Tokenizer)> = OnceLock::new();
     M.get_or_init(|| {
         let gpu = pollster::block_on(Gpu::new(Caps::default())).expect("a GPU adapter");
-        let (m, g) = pollster::block_on(GpuModel::load_file(gpu, &model_path(), &mut |_, _| {}))
-            .expect("model uploads");
+        let (m, g) = pollster::block_on(GpuModel::load_file(
+            gpu,
+            &small_model_path(),
+            &mut |_, _| {},
+        ))
+        .expect("model uploads");
         (m, Tokenizer::from_gguf(&g.metadata).unwrap())
     })
 }

@@ -415,12 +415,13 @@ fn tempdir() -> PathBuf {
 }
 
 mod default_model {
-    //! The default model, 4-bit palettized, with a (briefly trained) recovery adapter
-    //! inside: every loader runs it, the reference with it merged is the ground truth,
+    //! The default model (cut to its first layers, `common::small_model_path`: training
+    //! and the reference's passes are the time here), 4-bit palettized, with a (briefly
+    //! trained) recovery adapter inside: every loader runs it, the reference with it merged is the ground truth,
     //! a task adapter stacks on it. Writes what the browser test
     //! (`pkg-tests/app.test.mjs`) must stream from the same file.
 
-    use crate::common::{model_path, root};
+    use crate::common::{root, small_model_path as model_path};
     use pippin::adapters::fixture::{self, FixtureSpec};
     use pippin::convert::{self, Bits};
     use pippin::engine::perplexity::perplexity;
@@ -490,7 +491,7 @@ mod default_model {
         recover::embed_peft(
             &plain,
             &adapter,
-            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            &model_path().file_name().unwrap().to_string_lossy(),
             "test",
             &inside,
         )

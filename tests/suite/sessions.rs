@@ -3,9 +3,9 @@
 //! been left; a common system prompt is run once; a saved conversation restored in a
 //! fresh engine writes what the original would; saves from elsewhere, damaged saves
 //! and calls during a reply are refused with clear errors. On the CPU backend and on
-//! the GPU.
+//! the GPU, on the default model cut to its first layers (`common::small_model_path`).
 
-use crate::common::model_path;
+use crate::common::small_model_path;
 use pippin::engine::{
     AdapterChoice, Engine, Event, GenerateOptions, Prompt, SessionOptions, Usage,
 };
@@ -25,7 +25,8 @@ fn cpu(kv: KvFormat) -> Engine {
         max_context: 1024,
         ..Default::default()
     };
-    pollster::block_on(Engine::load_file_cpu(&model_path(), o)).expect("the default model loads")
+    pollster::block_on(Engine::load_file_cpu(&small_model_path(), o))
+        .expect("the small model loads")
 }
 
 fn gpu(kv: KvFormat) -> Engine {
@@ -35,7 +36,7 @@ fn gpu(kv: KvFormat) -> Engine {
         max_context: 1024,
         ..Default::default()
     };
-    pollster::block_on(Engine::load_file(g, &model_path(), o)).expect("the default model loads")
+    pollster::block_on(Engine::load_file(g, &small_model_path(), o)).expect("the small model loads")
 }
 
 fn msgs(turns: &[(&str, &str)]) -> Vec<Message> {

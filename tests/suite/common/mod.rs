@@ -35,6 +35,34 @@ pub fn models_file(name: &str) -> PathBuf {
     p
 }
 
+/// Layers kept by `small_model_path`.
+pub const SMALL_LAYERS: usize = 4;
+
+/// The default model cut to its first `SMALL_LAYERS` layers (its own weights,
+/// tokenizer and template; `truncated_copy`): for the GPU tests whose subject is what
+/// the engine does with a model (pipelining, masks, sessions, adapters), not its
+/// numbers, which the full model's tests check against llama.cpp. Lavapipe runs its
+/// token in about a third of the full model's time.
+pub fn small_model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| truncated_copy(&model_path(), SMALL_LAYERS))
+        .clone()
+}
+
+/// The file at `path` cut to its first `layers` layers
+/// (`pippin::testing::synthetic::truncated`), written to `target/test-synthetic/`
+/// (anew by each test process: a whole file replaces the last by a rename).
+pub fn truncated_copy(path: &std::path::Path, layers: usize) -> PathBuf {
+    let dir = root().join("target/test-synthetic");
+    std::fs::create_dir_all(&dir).expect("target/test-synthetic");
+    let stem = path.file_stem().expect("a file name").to_string_lossy();
+    let (name, ext) = stem.split_once('.').unwrap_or((&stem, ""));
+    let p = dir.join(format!("{name}-{layers}-layers.{ext}.gguf").replace("..", "."));
+    pippin::testing::synthetic::truncated(path, &p, layers)
+        .unwrap_or_else(|e| panic!("{} cut to {layers} layers: {e}", path.display()));
+    p
+}
+
 pub fn gemma_path() -> PathBuf {
     models_file("gemma-3-270m-q4_k_m.gguf")
 }
@@ -82,6 +110,12 @@ pub fn load_gpu(path: &std::path::Path) -> pippin::engine::GpuModel {
 pub fn gpu_model() -> &'static pippin::engine::GpuModel {
     static M: OnceLock<pippin::engine::GpuModel> = OnceLock::new();
     M.get_or_init(|| load_gpu(&model_path()))
+}
+
+/// The small model (`small_model_path`) on the GPU, loaded once for the suite.
+pub fn small_gpu_model() -> &'static pippin::engine::GpuModel {
+    static M: OnceLock<pippin::engine::GpuModel> = OnceLock::new();
+    M.get_or_init(|| load_gpu(&small_model_path()))
 }
 
 /// A GPU session's options as the tests compare against the f32 reference: f32 KV,
