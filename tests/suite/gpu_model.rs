@@ -1,6 +1,7 @@
 //! The whole default model on the GPU (lavapipe on CPU-only machines) against the CPU
 //! reference: teacher-forced logits, greedy tokens, quantized KV, KV reuse across
-//! chat turns, prefill chunking, context overflow.
+//! chat turns (on the model cut to its first layers), prefill chunking (likewise),
+//! context overflow.
 
 use crate::common;
 
@@ -24,8 +25,18 @@ fn be(s: &mut GpuSession) -> GpuBackend<'_> {
 }
 
 fn session(kv: KvFormat, chunk: usize) -> GpuSession {
+    session_on(model(), kv, chunk)
+}
+
+/// Tests of what the session does with its cache (chunks, turns), not of the model's
+/// numbers, run the default model cut to its first layers (`common::small_gpu_model`).
+fn small() -> &'static GpuModel {
+    common::small_gpu_model()
+}
+
+fn session_on(m: &GpuModel, kv: KvFormat, chunk: usize) -> GpuSession {
     GpuSession::new(
-        model(),
+        m,
         SessionOptions {
             max_context: 256,
             kv,
@@ -38,7 +49,12 @@ fn session(kv: KvFormat, chunk: usize) -> GpuSession {
 }
 
 fn logits(s: &mut GpuSession, tokens: &[u32]) -> Vec<f32> {
-    match pollster::block_on(be(s).forward(tokens, Want::logits())).unwrap() {
+    logits_on(model(), s, tokens)
+}
+
+fn logits_on(m: &GpuModel, s: &mut GpuSession, tokens: &[u32]) -> Vec<f32> {
+    let mut b = GpuBackend::new(m, s);
+    match pollster::block_on(b.forward(tokens, Want::logits())).unwrap() {
         Logits::Full(l) => l,
         Logits::Top(_) => unreachable!(),
     }
@@ -116,8 +132,12 @@ fn int8_kv_first_step_top5_agrees() {
 #[test]
 fn chunked_prefill_equals_one_chunk() {
     let prompt: Vec<u32> = (0..23).map(|i| 300 + i * 17).collect();
-    let a = logits(&mut session(KvFormat::F32, 64), &prompt);
-    let b = logits(&mut session(KvFormat::F32, 8), &prompt);
+    let a = logits_on(
+        small(),
+        &mut session_on(small(), KvFormat::F32, 64),
+        &prompt,
+    );
+    let b = logits_on(small(), &mut session_on(small(), KvFormat::F32, 8), &prompt);
     assert!(max_diff(&a, &b) < 1e-3);
 }
 
@@ -133,24 +153,31 @@ fn second_chat_turn_reuses_the_kv_cache() {
     let opts = GenerateOptions::up_to(6);
     let mut msgs = vec![Message::new("user", "Hi!")];
     let p1 = tk.encode_chat(&msgs, true).unwrap();
-    let mut s = session(KvFormat::F32, 64);
+    let m = small();
+    let mut s = session_on(m, KvFormat::F32, 64);
     let mut reply = String::new();
-    pollster::block_on(generate(&mut be(&mut s), &tk, &p1, &opts, |t, _| {
-        reply.push_str(t);
-        true
-    }))
+    pollster::block_on(generate(
+        &mut GpuBackend::new(m, &mut s),
+        &tk,
+        &p1,
+        &opts,
+        |t, _| {
+            reply.push_str(t);
+            true
+        },
+    ))
     .unwrap();
     msgs.push(Message::new("assistant", &reply));
     msgs.push(Message::new("user", "And what is 2+2?"));
     let p2 = tk.encode_chat(&msgs, true).unwrap();
-    let cached = pippin::engine::common_prefix(be(&mut s).tokens(), &p2);
+    let cached = pippin::engine::common_prefix(GpuBackend::new(m, &mut s).tokens(), &p2);
     assert!(
         cached > p1.len(),
         "turn 1's prompt and reply are reused ({cached} tokens)"
     );
-    be(&mut s).truncate(cached);
-    let reused = logits(&mut s, &p2[cached..]);
-    let fresh = logits(&mut session(KvFormat::F32, 64), &p2);
+    GpuBackend::new(m, &mut s).truncate(cached);
+    let reused = logits_on(m, &mut s, &p2[cached..]);
+    let fresh = logits_on(m, &mut session_on(m, KvFormat::F32, 64), &p2);
     let d = max_diff(&reused, &fresh);
     assert!(d < 1e-3, "reused vs fresh logits differ by {d}");
 }
