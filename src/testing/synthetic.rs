@@ -429,7 +429,8 @@ pub fn with_dim0(mut bytes: Vec<u8>, name: &str, dim: u64) -> Vec<u8> {
 /// template; `<arch>.block_count` rewritten), written to `dst`: the engine's behaviour
 /// (pipelining, sessions, masks, adapters) on a real file at a fraction of the work a
 /// token, for the GPU tests on a software adapter. Written beside `dst` and renamed,
-/// so test processes making it at once each see a whole file.
+/// so test processes making it at once each see a whole file. Per-layer metadata
+/// arrays (LFM2's `attention.head_count_kv`) are copied whole: for files without them.
 pub fn truncated(src: &Path, dst: &Path, layers: usize) -> crate::error::Result<()> {
     let (g, mut file) = crate::gguf::Gguf::open(src)?;
     let arch = g.metadata.str("general.architecture").unwrap_or("llama");

@@ -106,12 +106,7 @@ fn a_gpu_check_is_one_token_steps_bit_for_bit() {
     // The default model cut to its first layers: the check's kernels, not its numbers.
     let (m, _) = load(&common::small_model_path());
     check_against_steps("small model", &m, None, KvFormat::Int8);
-    use pippin::adapters::fixture::{write, FixtureSpec};
-    let spec = FixtureSpec {
-        half: true,
-        ..FixtureSpec::new(8, &pippin::adapters::MODULES, 3)
-    };
-    let (config, weights) = write(&m.config, &spec);
+    let (config, weights) = common::rank8_adapter_for(&m.config);
     let a = pippin::adapters::parse(config.as_bytes(), &weights, &m.config).unwrap();
     let ga = GpuLoraAdapter::upload(&m.gpu, &a).unwrap();
     let what = "small model + rank-8 adapter";

@@ -200,12 +200,18 @@ pub fn precompiled_load(
 /// A rank-8 adapter of every projection for the default model (seed 3): its
 /// adapter_config.json and safetensors bytes.
 pub fn rank8_adapter() -> (String, Vec<u8>) {
+    rank8_adapter_for(&reference().config)
+}
+
+/// The same adapter (rank 8, every module, seed 3, `FixtureSpec::half`) for the
+/// model of `config` (another depth: a cut model's).
+pub fn rank8_adapter_for(config: &pippin::model::Config) -> (String, Vec<u8>) {
     use pippin::adapters::fixture::{write, FixtureSpec};
     let spec = FixtureSpec {
         half: true,
         ..FixtureSpec::new(8, &pippin::adapters::MODULES, 3)
     };
-    write(&reference().config, &spec)
+    write(config, &spec)
 }
 
 /// A reader that counts the bytes read through it (tests that a load stops early).
