@@ -418,22 +418,9 @@ pub fn gemv(pass: &mut Pass, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<
         sg => (Shader::MatmulGemvSubgroup, "SG", sg),
     };
     for p in &m.parts {
-        let pipe = k.pipe(
-            shader,
-            &[
-                ("FORMAT", m.format as u32 as f64),
-                ("LUT_ROWS", m.lut_rows.max(1) as f64),
-                ("K", m.cols as f64),
-                ("Y_OFFSET", io.y_offset as f64),
-                ("ACCUMULATE", io.accumulate as u32 as f64),
-                ("SCALE", io.scale as f64),
-                ("CAP", io.cap as f64),
-                (name, per_row as f64),
-                tokens[0],
-                tokens[1],
-                tokens[2],
-            ],
-        )?;
+        let own = [(name, per_row as f64), tokens[0], tokens[1], tokens[2]];
+        let consts = [&matrix_constants(m)[..], &epilogue_constants(io), &own].concat();
+        let pipe = k.pipe(shader, &consts)?;
         let groups = (p.rows as u32).div_ceil(256 / per_row);
         k.dispatch(
             pass,
@@ -505,25 +492,17 @@ pub fn norm_gemv(
         } else {
             p.rows
         };
-        let pipe = k.pipe(
-            Shader::NormMatmulGemv,
-            &[
-                ("FORMAT", m.format as u32 as f64),
-                ("LUT_ROWS", m.lut_rows.max(1) as f64),
-                ("K", m.cols as f64),
-                ("Y_OFFSET", io.y_offset as f64),
-                ("ACCUMULATE", io.accumulate as u32 as f64),
-                ("SCALE", io.scale as f64),
-                ("CAP", io.cap as f64),
-                ("TPR", tpr as f64),
-                ("EPS", norm.eps as f64),
-                ("GLU", glu),
-                ("WRITE_NORMED", norm.write_normed as u32 as f64),
-                tokens[0],
-                tokens[1],
-                tokens[2],
-            ],
-        )?;
+        let own = [
+            ("TPR", tpr as f64),
+            ("EPS", norm.eps as f64),
+            ("GLU", glu),
+            ("WRITE_NORMED", norm.write_normed as u32 as f64),
+            tokens[0],
+            tokens[1],
+            tokens[2],
+        ];
+        let consts = [&matrix_constants(m)[..], &epilogue_constants(io), &own].concat();
+        let pipe = k.pipe(Shader::NormMatmulGemv, &consts)?;
         let groups = (rows as u32).div_ceil(256 / tpr);
         k.dispatch(
             pass,
@@ -554,15 +533,8 @@ pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer)
         ));
     }
     for p in &m.parts {
-        let pipe = k.pipe(
-            Shader::MatmulNaive,
-            &[
-                ("FORMAT", m.format as u32 as f64),
-                ("LUT_ROWS", m.lut_rows.max(1) as f64),
-                ("K", m.cols as f64),
-                ("N", p.rows as f64),
-            ],
-        )?;
+        let consts = [&matrix_constants(m)[..], &[("N", p.rows as f64)]].concat();
+        let pipe = k.pipe(Shader::MatmulNaive, &consts)?;
         k.dispatch(
             pass,
             &pipe,
@@ -573,19 +545,32 @@ pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer)
     Ok(())
 }
 
-/// The override constants both GEMM kernels take (the same for every part of `m`).
-fn gemm_constants(m: &GpuMatrix, io: &Io) -> [(&'static str, f64); 9] {
+/// The override constants every matmul over `m` takes: its format and width.
+fn matrix_constants(m: &GpuMatrix) -> [(&'static str, f64); 3] {
     [
         ("FORMAT", m.format as u32 as f64),
         ("LUT_ROWS", m.lut_rows.max(1) as f64),
         ("K", m.cols as f64),
-        ("X_STRIDE", io.x_stride as f64),
-        ("Y_STRIDE", io.y_stride as f64),
+    ]
+}
+
+/// The epilogue's override constants of a matmul writing through `io`.
+fn epilogue_constants(io: &Io) -> [(&'static str, f64); 4] {
+    [
         ("Y_OFFSET", io.y_offset as f64),
         ("ACCUMULATE", io.accumulate as u32 as f64),
         ("SCALE", io.scale as f64),
         ("CAP", io.cap as f64),
     ]
+}
+
+/// The override constants both GEMM kernels take (the same for every part of `m`).
+fn gemm_constants(m: &GpuMatrix, io: &Io) -> Vec<(&'static str, f64)> {
+    let strides = [
+        ("X_STRIDE", io.x_stride as f64),
+        ("Y_STRIDE", io.y_stride as f64),
+    ];
+    [&matrix_constants(m)[..], &strides, &epilogue_constants(io)].concat()
 }
 
 /// `n_tokens` tokens through a GEMM: tiled, or (`rowwise`, software adapters) one
