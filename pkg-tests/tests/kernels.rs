@@ -139,16 +139,17 @@ async fn rmsnorm_gated_activations_and_biases() {
             "{act:?}"
         );
     }
-    // Qwen2's biases onto the leading 100 floats of rows of 130.
+    // Biases onto the leading 100 floats of rows of 130, × 0.5.
     let (width, stride) = (100, 130);
     let (y0, bias) = (values(stride * rows, 6), values(width, 7));
     let (yb, bb) = (c.buf(&y0), c.buf(&bias));
     c.run(&step, |p| {
-        elementwise::bias_add(p, &bb, &yb, width, stride, rows).unwrap()
+        elementwise::bias_add(p, &bb, &yb, (width, stride), 0.5, rows).unwrap()
     });
+    let half: Vec<f32> = bias.iter().map(|b| 0.5 * b).collect();
     let mut want = y0.clone();
     for row in want.chunks_exact_mut(stride) {
-        reference::add_rows(&mut row[..width], &bias);
+        reference::add_rows(&mut row[..width], &half);
     }
     assert!(
         max_diff(&c.read(&yb, stride * rows).await, &want) < 1e-6,

@@ -9,6 +9,8 @@ values (biases, multipliers). gguf-py (PyPI `gguf`, llama.cpp's own package) wri
 them; llama.cpp (llama-cpp-python 0.3.36) runs them:
 
   qwen2    Q/K rows in half-split (NEOX) order, Q/K/V biases
+  llama-biases  llama with a bias on every projection (Q, K, V, O, gate, up, down),
+           as llama.cpp reads them wherever a llama file has them
   granite  embedding, residual, attention and logit multipliers
   smollm3  every fourth layer without RoPE
   phi3     Q|K|V in one tensor (attn_qkv), gate|up in one (ffn_up), Q/K rows in
@@ -124,6 +126,22 @@ def qwen2_tensors(t, n_head, n_kv, by_name):
                 gguf.GGMLQuantizationType.F32
 
 
+BIASES = (("attn_q", 0.5), ("attn_k", 0.8), ("attn_v", 0.1), ("attn_output", 0.05),
+          ("ffn_gate", 0.3), ("ffn_up", 0.2), ("ffn_down", 0.05))
+
+
+def biased_tensors(t, n_head, n_kv, by_name):
+    yield t.name, t.data, t.tensor_type
+    if not t.name.startswith("blk."):
+        return
+    layer = int(t.name.split(".")[1])
+    for i, (p, amp) in enumerate(BIASES):
+        if t.name.endswith(f"{p}.weight"):
+            rows = t.data.shape[0]
+            yield f"blk.{layer}.{p}.bias", wave(rows, layer + i + 0.5, amp), \
+                gguf.GGMLQuantizationType.F32
+
+
 def gemma2_tensors(t, n_head, n_kv, by_name):
     name, data = t.name, half_split(t, n_head, n_kv)
     yield name, data, t.tensor_type
@@ -217,8 +235,10 @@ def lfm2_tensors(t, n_head, n_kv, by_name):
 
 F32 = gguf.GGUFValueType.FLOAT32
 U32 = gguf.GGUFValueType.UINT32
+# name: (architecture, keys, tensors); a name is its architecture's unless given.
 FAMILIES = {
     "qwen2": ([], qwen2_tensors),
+    "llama-biases": ("llama", [], biased_tensors),
     "granite": ([("embedding_scale", 2.0, F32), ("residual_scale", 0.7, F32),
                  ("attention.scale", 0.14, F32), ("logit_scale", 1.4, F32)], same),
     "smollm3": ([], same),
@@ -303,13 +323,14 @@ def main(src: str, out_dir: str, text_path: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = Path(text_path).read_text()
     only = set(sys.argv[4:])
-    for arch, (kv, tensors) in FAMILIES.items():
-        if only and arch not in only:
+    for name, family in FAMILIES.items():
+        if only and name not in only:
             continue
-        path = out / f"{arch}.gguf"
+        arch, kv, tensors = family if len(family) == 3 else (name, *family)
+        path = out / f"{name}.gguf"
         write(src, path, arch, kv, tensors)
         ref = reference(path, text)
-        (out / f"{arch}-reference.json").write_text(json.dumps(ref, indent=1))
+        (out / f"{name}-reference.json").write_text(json.dumps(ref, indent=1))
         print(f"make_families: {path}: {ref['results'][0]['greedy_text']!r}, "
               f"NLL {ref['nll']['mean']:.3f}")
 

@@ -94,19 +94,22 @@ pub fn rope(
     Ok(())
 }
 
-/// y[t·stride + i] += bias[i] for i < `bias`'s `width` floats, for each of the step's
-/// tokens (`n_tokens` sizes the dispatch). CPU reference: `reference::add_rows`.
-#[allow(clippy::too_many_arguments)]
+/// y[t·stride + i] += scale · bias[i] for i < `bias`'s `width` floats, for each of the
+/// step's tokens (`n_tokens` sizes the dispatch). CPU reference: `reference::add_rows`.
 pub fn bias_add(
     pass: &mut Pass,
     bias: &wgpu::Buffer,
     y: &wgpu::Buffer,
-    width: usize,
-    stride: usize,
+    (width, stride): (usize, usize),
+    scale: f32,
     n_tokens: usize,
 ) -> Result<()> {
     let (k, step) = (pass.kernels, pass.step);
-    let consts = [("WIDTH", width as f64), ("STRIDE", stride as f64)];
+    let consts = [
+        ("WIDTH", width as f64),
+        ("STRIDE", stride as f64),
+        ("SCALE", scale as f64),
+    ];
     let pipe = k.pipe(Shader::BiasAdd, &consts)?;
     let groups = ((n_tokens * width) as u32).div_ceil(256);
     k.dispatch(pass, &pipe, &[step, bias, y], grid(groups));

@@ -3,6 +3,7 @@
 //! loaders and kernels compute from a `Config` is checked here first, with checked
 //! arithmetic, so a crafted file gets an error instead of a panic or a wrapped size.
 
+use super::proj::{PerProj, Proj};
 use crate::error::{Error, Result};
 
 /// How RoPE pairs the dimensions of a head.
@@ -93,9 +94,11 @@ pub struct Config {
     pub swa_pattern: usize,
     /// RoPE base of the sliding-window layers.
     pub rope_theta_local: f32,
-    /// Biases on the query, key and value projections (Qwen2; any llama-style file
-    /// that has `blk.N.attn_{q,k,v}.bias`, as llama.cpp reads them).
-    pub qkv_bias: bool,
+    /// Which projections add a bias (`blk.N.<projection>.bias`): Qwen2's Q, K and V;
+    /// whichever a llama-style file has, as llama.cpp reads them. (Not in `info()`'s
+    /// config: JavaScript has no use for it.)
+    #[serde(skip)]
+    pub biases: PerProj<bool>,
     /// Each block's output is multiplied by this before its residual add (Granite).
     pub residual_scale: f32,
     /// The logits are multiplied by this (Granite: 1 / its `logit_scale`).
@@ -145,7 +148,7 @@ impl Default for Config {
             sliding_window: 0,
             swa_pattern: 0,
             rope_theta_local: 10_000.0,
-            qkv_bias: false,
+            biases: PerProj::default(),
             residual_scale: 1.0,
             logit_scale: 1.0,
             attn_softcap: 0.0,
@@ -166,6 +169,19 @@ pub const MAX_CONV_TAPS: usize = 8;
 
 /// Most layers of a model with convolution layers (`Config::conv_layers`' bits).
 pub const MAX_CONV_MODEL_LAYERS: usize = 64;
+
+impl Proj {
+    /// (rows, cols) in model `c`: outputs × inputs.
+    pub fn shape(self, c: &Config) -> (usize, usize) {
+        match self {
+            Proj::Q => (c.q_dim(), c.hidden),
+            Proj::K | Proj::V => (c.kv_dim(), c.hidden),
+            Proj::O => (c.hidden, c.q_dim()),
+            Proj::Gate | Proj::Up => (c.ffn_dim, c.hidden),
+            Proj::Down => (c.hidden, c.ffn_dim),
+        }
+    }
+}
 
 impl Config {
     /// Checks every size the model's tensors, buffers and kernels derive from this

@@ -1,7 +1,6 @@
 //! The seven linear projections of a layer, by name: what LoRA adapters target, what
 //! the converter palettizes, what the GPU forward applies — instead of slot numbers.
-
-use super::config::Config;
+//! (Their shapes in a model are `Config`'s: `Proj::shape` is in `config.rs`.)
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Proj {
@@ -51,17 +50,6 @@ impl Proj {
     pub fn is_attention(self) -> bool {
         self.index() < 4
     }
-
-    /// (rows, cols) in model `c`: outputs × inputs.
-    pub fn shape(self, c: &Config) -> (usize, usize) {
-        match self {
-            Proj::Q => (c.q_dim(), c.hidden),
-            Proj::K | Proj::V => (c.kv_dim(), c.hidden),
-            Proj::O => (c.hidden, c.q_dim()),
-            Proj::Gate | Proj::Up => (c.ffn_dim, c.hidden),
-            Proj::Down => (c.hidden, c.ffn_dim),
-        }
-    }
 }
 
 /// One `T` per projection, indexed by `Proj`.
@@ -71,6 +59,34 @@ pub struct PerProj<T>(pub [T; 7]);
 impl<T> PerProj<T> {
     pub fn iter(&self) -> impl Iterator<Item = (Proj, &T)> {
         Proj::ALL.into_iter().zip(self.0.iter())
+    }
+
+    /// Each projection's `f(p)`, or the first error.
+    pub fn try_from_fn<E>(mut f: impl FnMut(Proj) -> Result<T, E>) -> Result<PerProj<T>, E> {
+        let mut v = Vec::with_capacity(7);
+        for p in Proj::ALL {
+            v.push(f(p)?);
+        }
+        Ok(seven(v))
+    }
+
+    /// Each member through `f`, or the first error.
+    pub fn try_map<U, E>(
+        self,
+        mut f: impl FnMut(Proj, T) -> Result<U, E>,
+    ) -> Result<PerProj<U>, E> {
+        let mut v = Vec::with_capacity(7);
+        for (p, t) in Proj::ALL.into_iter().zip(self.0) {
+            v.push(f(p, t)?);
+        }
+        Ok(seven(v))
+    }
+}
+
+fn seven<U>(v: Vec<U>) -> PerProj<U> {
+    match v.try_into() {
+        Ok(a) => PerProj(a),
+        Err(_) => unreachable!("one value for each of Proj::ALL"),
     }
 }
 

@@ -314,13 +314,14 @@ impl<M: Linear> LayerOps for RefLayer<'_, '_, M> {
         (self.observe)(self.at.l, site(ps), &x);
         let tokens = self.x.len() / self.r.config.hidden;
         let cols = x.len() / tokens.max(1);
-        let mut out: Rows = (ps.members().iter())
-            .map(|&p| self.at.apply(p, self.w.proj(p), &x, cols))
-            .collect();
-        if let (Projs::Mixer, Some(biases)) = (ps, &self.w.qkv_bias) {
-            out.iter_mut().zip(biases).for_each(|(y, b)| add_rows(y, b));
-        }
-        Ok(out)
+        let out = (ps.members().iter()).map(|&p| {
+            let mut y = self.at.apply(p, self.w.proj(p), &x, cols);
+            if let Some(b) = &self.w.biases[p] {
+                add_rows(&mut y, b);
+            }
+            y
+        });
+        Ok(out.collect())
     }
 
     fn attend(&mut self, qkv: Rows, b: &Block) -> Result<Rows> {

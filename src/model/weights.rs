@@ -4,7 +4,7 @@
 pub use super::arch::tensors::{RowsOf, TensorSpec};
 use super::arch::{GlobalTensor, LayerTensor};
 use super::config::Config;
-use super::Proj;
+use super::{PerProj, Proj};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::quant::palette::{self, Palettized};
@@ -156,70 +156,74 @@ pub fn find(g: &Gguf, s: &TensorSpec) -> Result<TensorInfo> {
     }
 }
 
-/// One layer's weights: matrices of type `M` (f32 in the reference, quantized in the
-/// CPU backend), norms in f32.
-pub struct Layer<M = Vec<f32>> {
-    pub attn_norm: Vec<f32>,
-    pub wq: M,
-    pub wk: M,
-    pub wv: M,
-    pub wo: M,
-    pub ffn_norm: Vec<f32>,
-    pub w_gate: M,
-    pub w_up: M,
-    pub w_down: M,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
+/// One layer's tensors, assembled once from the file (`Weights::assemble`) and held
+/// so by every executor: matrices of type `M` (f32 rows in the reference, quantized
+/// blocks in the CPU backend, candle tensors in recovery training, GPU matrices before
+/// the GPU stacks them), vectors of type `V` (norm weights, biases, taps).
+#[derive(Clone)]
+pub struct Layer<M = Vec<f32>, V = Vec<f32>> {
+    pub attn_norm: V,
+    /// The seven projections, each `[rows = outputs][cols = inputs]`.
+    pub proj: PerProj<M>,
+    pub ffn_norm: V,
+    pub q_norm: Option<V>,
+    pub k_norm: Option<V>,
     /// Gemma's norms of the attention and MLP outputs, before each residual add.
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub post_ffn_norm: Option<Vec<f32>>,
-    /// The biases of Q, K and V (Qwen2), when the file has them.
-    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    pub post_attn_norm: Option<V>,
+    pub post_ffn_norm: Option<V>,
+    /// Each projection's bias, where the file has one (Qwen2's Q, K and V).
+    pub biases: PerProj<Option<V>>,
     /// A convolution layer's taps, `[hidden][conv_taps]` (LFM2).
-    pub conv: Option<Vec<f32>>,
+    pub conv: Option<V>,
 }
 
-impl<M> Layer<M> {
+impl<M, V> Layer<M, V> {
     /// Projection `p`'s matrix.
     pub fn proj(&self, p: Proj) -> &M {
-        match p {
-            Proj::Q => &self.wq,
-            Proj::K => &self.wk,
-            Proj::V => &self.wv,
-            Proj::O => &self.wo,
-            Proj::Gate => &self.w_gate,
-            Proj::Up => &self.w_up,
-            Proj::Down => &self.w_down,
-        }
+        &self.proj[p]
     }
 
     pub fn proj_mut(&mut self, p: Proj) -> &mut M {
-        match p {
-            Proj::Q => &mut self.wq,
-            Proj::K => &mut self.wk,
-            Proj::V => &mut self.wv,
-            Proj::O => &mut self.wo,
-            Proj::Gate => &mut self.w_gate,
-            Proj::Up => &mut self.w_up,
-            Proj::Down => &mut self.w_down,
-        }
+        &mut self.proj[p]
+    }
+
+    /// The same layer in another executor's form: each matrix through `m`, each vector
+    /// through `v`.
+    pub fn map<M2, V2, E>(
+        self,
+        m: impl FnMut(Proj, M) -> std::result::Result<M2, E>,
+        mut v: impl FnMut(V) -> std::result::Result<V2, E>,
+    ) -> std::result::Result<Layer<M2, V2>, E> {
+        let mut opt = |o: Option<V>| o.map(&mut v).transpose();
+        Ok(Layer {
+            proj: self.proj.try_map(m)?,
+            q_norm: opt(self.q_norm)?,
+            k_norm: opt(self.k_norm)?,
+            post_attn_norm: opt(self.post_attn_norm)?,
+            post_ffn_norm: opt(self.post_ffn_norm)?,
+            biases: self.biases.try_map(|_, b| opt(b))?,
+            conv: opt(self.conv)?,
+            attn_norm: v(self.attn_norm)?,
+            ffn_norm: v(self.ffn_norm)?,
+        })
     }
 }
 
 /// All weights, row-major `[rows][cols]`: matrices of type `M` (f32 in the reference),
-/// vectors in f32.
-pub struct Weights<M = Vec<f32>> {
+/// vectors of type `V` (f32).
+#[derive(Clone)]
+pub struct Weights<M = Vec<f32>, V = Vec<f32>> {
     pub token_embd: M,
-    pub output_norm: Vec<f32>,
+    pub output_norm: V,
     /// `None` when the output head is the embedding (tied).
     pub output: Option<M>,
-    pub rope_freqs: Option<Vec<f32>>,
-    pub layers: Vec<Layer<M>>,
+    pub rope_freqs: Option<V>,
+    pub layers: Vec<Layer<M, V>>,
 }
 
-/// A tensor as a loader gives it: matrices in the backend's form, vectors in f32.
-pub enum Tensor<M> {
-    Vector(Vec<f32>),
+/// A tensor as a loader gives it: matrices and vectors in the executor's forms.
+pub enum Tensor<M, V = Vec<f32>> {
+    Vector(V),
     Matrix(M),
 }
 
@@ -249,13 +253,14 @@ impl Weights {
     }
 }
 
-impl<M> Weights<M> {
+impl<M, V> Weights<M, V> {
     /// Assembles the weights from `read`, which gives each spec's tensor: a matrix
-    /// where the spec says so, else a vector.
+    /// where the spec says so, else a vector. The one place a layer is put together
+    /// from a file's tensors by what each is to it.
     pub fn assemble(
         c: &Config,
-        mut read: impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
-    ) -> Result<Weights<M>> {
+        mut read: impl FnMut(&TensorSpec) -> Result<Tensor<M, V>>,
+    ) -> Result<Weights<M, V>> {
         let family = c.arch.family();
         let globals = family.global_tensors(c).into_iter();
         let mut g = Taken::new(globals.map(|t| (t, family.global_spec(t, c))), &mut read)?;
@@ -265,27 +270,19 @@ impl<M> Weights<M> {
         let rope_freqs = g.optional_vector(GlobalTensor::RopeFreqs)?;
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
-            use LayerTensor::*;
+            use LayerTensor::{AttnNorm, Bias, ConvTaps, FfnNorm, KNorm};
+            use LayerTensor::{PostAttnNorm, PostFfnNorm, QNorm};
             let specs = family.layer_tensors(c, i).into_iter();
             let mut t = Taken::new(specs.map(|t| (t, family.layer_spec(t, c, i))), &mut read)?;
             layers.push(Layer {
                 attn_norm: t.vector(AttnNorm)?,
-                wq: t.matrix(Q)?,
-                wk: t.matrix(K)?,
-                wv: t.matrix(V)?,
-                wo: t.matrix(O)?,
+                proj: PerProj::try_from_fn(|p| t.matrix(LayerTensor::of(p)))?,
                 ffn_norm: t.vector(FfnNorm)?,
-                w_gate: t.matrix(Gate)?,
-                w_up: t.matrix(Up)?,
-                w_down: t.matrix(Down)?,
                 q_norm: t.optional_vector(QNorm)?,
                 k_norm: t.optional_vector(KNorm)?,
                 post_attn_norm: t.optional_vector(PostAttnNorm)?,
                 post_ffn_norm: t.optional_vector(PostFfnNorm)?,
-                qkv_bias: match t.optional_vector(QBias)? {
-                    Some(q) => Some([q, t.vector(KBias)?, t.vector(VBias)?]),
-                    None => None,
-                },
+                biases: PerProj::try_from_fn(|p| t.optional_vector(Bias(p)))?,
                 conv: t.optional_vector(ConvTaps)?,
             });
         }
@@ -326,14 +323,14 @@ impl From<GlobalTensor> for Part {
 /// A layer's (or the globals') tensors as read, by what each is to the model: each
 /// taken where the model uses it, checked to be the matrix or vector its spec says.
 /// A list: a layer has at most a score of tensors.
-struct Taken<M> {
-    tensors: Vec<(Part, Tensor<M>, TensorSpec)>,
+struct Taken<M, V> {
+    tensors: Vec<(Part, Tensor<M, V>, TensorSpec)>,
 }
 
-impl<M> Taken<M> {
+impl<M, V> Taken<M, V> {
     fn new<K: Into<Part>>(
         specs: impl Iterator<Item = (K, TensorSpec)>,
-        read: &mut impl FnMut(&TensorSpec) -> Result<Tensor<M>>,
+        read: &mut impl FnMut(&TensorSpec) -> Result<Tensor<M, V>>,
     ) -> Result<Self> {
         let tensors = specs
             .map(|(k, s)| Ok((k.into(), read(&s)?, s)))
@@ -341,7 +338,7 @@ impl<M> Taken<M> {
         Ok(Taken { tensors })
     }
 
-    fn take(&mut self, k: Part) -> Option<(Tensor<M>, TensorSpec)> {
+    fn take(&mut self, k: Part) -> Option<(Tensor<M, V>, TensorSpec)> {
         let i = self.tensors.iter().position(|t| t.0 == k)?;
         let (_, t, s) = self.tensors.swap_remove(i);
         Some((t, s))
@@ -353,7 +350,7 @@ impl<M> Taken<M> {
     }
 
     #[inline(always)]
-    fn optional_vector(&mut self, k: impl Into<Part>) -> Result<Option<Vec<f32>>> {
+    fn optional_vector(&mut self, k: impl Into<Part>) -> Result<Option<V>> {
         self.take_vector(k.into())
     }
 
@@ -364,7 +361,7 @@ impl<M> Taken<M> {
     }
 
     #[inline(always)]
-    fn vector(&mut self, k: impl Into<Part>) -> Result<Vec<f32>> {
+    fn vector(&mut self, k: impl Into<Part>) -> Result<V> {
         let k = k.into();
         self.take_vector(k)?.ok_or_else(|| absent(k))
     }
@@ -377,7 +374,7 @@ impl<M> Taken<M> {
         }
     }
 
-    fn take_vector(&mut self, k: Part) -> Result<Option<Vec<f32>>> {
+    fn take_vector(&mut self, k: Part) -> Result<Option<V>> {
         match self.take(k) {
             None => Ok(None),
             Some((Tensor::Vector(v), _)) => Ok(Some(v)),

@@ -11,7 +11,7 @@ use super::tensors::{ce, contiguous_f32, matmul_t, R};
 use crate::error::{Error, Result};
 use crate::model::arch::block::{self, Block, LayerOps, Norm, Projs};
 use crate::model::arch::{GlobalTensor, LayerTensor};
-use crate::model::{Activation, Config, Proj, RopeStyle, Weights};
+use crate::model::{weights, Activation, Config, Proj, RopeStyle, Weights};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, Var, D};
 
 /// A frozen matrix `[rows][cols]`: `x · Wᵀ`, whose backward gives `x` its gradient
@@ -63,15 +63,8 @@ impl Matrix {
     }
 }
 
-struct Layer {
-    attn_norm: Tensor,
-    proj: [Matrix; 7],
-    bias: Option<[Tensor; 3]>,
-    qk_norm: Option<(Tensor, Tensor)>,
-    post_attn_norm: Option<Tensor>,
-    ffn_norm: Tensor,
-    post_ffn_norm: Option<Tensor>,
-}
+/// A layer as candle runs it: the model's layer with tensors for its values.
+type Layer = weights::Layer<Matrix, Tensor>;
 
 /// The frozen model, ready to run batches of token sequences.
 pub struct Net {
@@ -106,43 +99,19 @@ impl Net {
                 Some(o) => matrix(o, c.vocab_size, c.hidden)?,
                 None => embedding.clone(),
             });
-            let mut layers = Vec::with_capacity(c.n_layers);
-            for l in &w.layers {
-                let m = |p: Proj| -> R<Matrix> {
-                    let (rows, cols) = p.shape(c);
-                    Ok(Matrix::Frozen(Frozen(matrix(l.proj(p), rows, cols)?)))
-                };
-                let opt = |v: &Option<Vec<f32>>| v.as_deref().map(vector).transpose();
-                layers.push(Layer {
-                    attn_norm: vector(&l.attn_norm)?,
-                    proj: [
-                        m(Proj::Q)?,
-                        m(Proj::K)?,
-                        m(Proj::V)?,
-                        m(Proj::O)?,
-                        m(Proj::Gate)?,
-                        m(Proj::Up)?,
-                        m(Proj::Down)?,
-                    ],
-                    bias: match &l.qkv_bias {
-                        Some([q, k, v]) => Some([vector(q)?, vector(k)?, vector(v)?]),
-                        None => None,
-                    },
-                    qk_norm: match (opt(&l.q_norm)?, opt(&l.k_norm)?) {
-                        (Some(q), Some(k)) => Some((q, k)),
-                        _ => None,
-                    },
-                    post_attn_norm: opt(&l.post_attn_norm)?,
-                    ffn_norm: vector(&l.ffn_norm)?,
-                    post_ffn_norm: opt(&l.post_ffn_norm)?,
-                });
-            }
+            let frozen = |p: Proj, m: Vec<f32>| -> R<Matrix> {
+                let (rows, cols) = p.shape(c);
+                Ok(Matrix::Frozen(Frozen(matrix(&m, rows, cols)?)))
+            };
+            let layers = (w.layers.into_iter())
+                .map(|l| l.map(frozen, |v| vector(&v)))
+                .collect::<R<Vec<_>>>()?;
             Ok(Net {
                 embedding,
                 head,
                 output_norm: vector(&w.output_norm)?,
                 layers,
-                rope_freqs: w.rope_freqs.clone(),
+                rope_freqs: w.rope_freqs,
                 config: config.clone(),
             })
         };
@@ -210,7 +179,7 @@ impl Net {
     ) -> Result<Vec<Refit>> {
         let mut vars = Vec::new();
         for (l, (layer, pals)) in self.layers.iter_mut().zip(palettes).enumerate() {
-            for (p, (slot, pal)) in layer.proj.iter_mut().zip(pals).enumerate() {
+            for (p, (slot, pal)) in layer.proj.0.iter_mut().zip(pals).enumerate() {
                 let Some(pal) = pal else { continue };
                 let i = refit::Indices::of(&pal.matrix);
                 let lut: Vec<f32> = pal.matrix.luts.iter().map(|h| h.to_f32()).collect();
@@ -220,7 +189,7 @@ impl Net {
                 *slot = match latent {
                     None => Matrix::Palette(i, lut),
                     Some((original, latent_group)) => {
-                        let Matrix::Frozen(Frozen(w)) = &original.layers[l].proj[p] else {
+                        let Matrix::Frozen(Frozen(w)) = &original.layers[l].proj.0[p] else {
                             return Err(Error::Internal(
                                 "recover: the original's matrices are not frozen".into(),
                             ));
@@ -258,8 +227,10 @@ impl Net {
             if let Some(t) = &mut layer.post_ffn_norm {
                 var(t, name(LayerTensor::PostFfnNorm, l))?;
             }
-            if let Some((q, k)) = &mut layer.qk_norm {
+            if let Some(q) = &mut layer.q_norm {
                 var(q, name(LayerTensor::QNorm, l))?;
+            }
+            if let Some(k) = &mut layer.k_norm {
                 var(k, name(LayerTensor::KNorm, l))?;
             }
         }
@@ -434,18 +405,11 @@ impl LayerOps for NetLayer<'_> {
             let x = one(x)?;
             let mut out = Vec::with_capacity(ps.members().len());
             for &p in ps.members() {
-                out.push(linear(
-                    &x,
-                    &self.layer.proj[p.index()],
-                    self.loras,
-                    self.l,
-                    p,
-                )?);
-            }
-            if let (Projs::Mixer, Some(biases)) = (ps, &self.layer.bias) {
-                for (y, b) in out.iter_mut().zip(biases) {
-                    *y = y.broadcast_add(b)?;
-                }
+                let y = linear(&x, &self.layer.proj[p], self.loras, self.l, p)?;
+                out.push(match &self.layer.biases[p] {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                });
             }
             Ok(out)
         };
@@ -469,7 +433,7 @@ impl LayerOps for NetLayer<'_> {
                 heads(k, c.n_kv_heads)?,
                 heads(v, c.n_kv_heads)?,
             );
-            if let Some((qn, kn)) = &self.layer.qk_norm {
+            if let (Some(qn), Some(kn)) = (&self.layer.q_norm, &self.layer.k_norm) {
                 q = rmsnorm(&q, qn, c.rms_eps)?;
                 k = rmsnorm(&k, kn, c.rms_eps)?;
             }

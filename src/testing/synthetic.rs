@@ -5,7 +5,7 @@
 
 use crate::gguf::{Value, Writer};
 use crate::model::arch::GlobalTensor;
-use crate::model::{Arch, Config};
+use crate::model::{Arch, Config, PerProj, Proj};
 use crate::quant::{encode, GgmlType};
 use crate::rng::Rng;
 use std::path::{Path, PathBuf};
@@ -204,7 +204,9 @@ impl Spec {
             vocab_size: self.vocab,
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3 | Arch::Lfm2),
             post_norms: gemma,
-            qkv_bias: arch == Arch::Qwen2,
+            biases: PerProj(
+                Proj::ALL.map(|p| arch == Arch::Qwen2 && p.is_attention() && p != Proj::O),
+            ),
             conv_layers: (0..self.layers)
                 .filter(|&l| self.is_conv(l))
                 .fold(0, |m, l| m | 1 << l),

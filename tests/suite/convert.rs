@@ -7,7 +7,7 @@ use crate::common;
 use common::gpu::values;
 use pippin::convert::{self, Bits, Options};
 use pippin::gguf::{Gguf, TensorInfo, Value, Writer};
-use pippin::model::{load_reference, Config};
+use pippin::model::{load_reference, Config, Proj};
 use pippin::quant::{encode, GgmlType};
 use pippin::tokenizer::{tokenizer_json_for, Tokenizer};
 use std::collections::HashMap;
@@ -292,7 +292,7 @@ fn gguf_and_hugging_face_inputs_give_the_same_palettized_model() {
 
     // The palettized file loads on the CPU, with every weight one of its table's entries.
     let (_, r) = load_reference(&dir.join("a.gguf")).unwrap();
-    let wq = &r.weights.layers[0].wq;
+    let wq = &r.weights.layers[0].proj[Proj::Q];
     let (info, lut) = &ta["blk.0.attn_q.weight.plut"];
     let table = table_of(lut);
     assert_eq!(info.dims, vec![16, 4], "64 rows, 16 per table");
@@ -336,7 +336,7 @@ fn two_bit_matrices_get_a_table_per_row_and_files_without_that_key_still_load() 
     );
     let table = table_of(lut);
     let (_, r) = load_reference(&dir.join("r1.gguf")).unwrap();
-    for (i, w) in r.weights.layers[0].wq.iter().enumerate() {
+    for (i, w) in r.weights.layers[0].proj[Proj::Q].iter().enumerate() {
         let row = i / HIDDEN;
         assert!(
             table[row * 4..][..4].contains(w),
@@ -366,8 +366,14 @@ fn two_bit_matrices_get_a_table_per_row_and_files_without_that_key_still_load() 
     w.write(&mut std::fs::File::create(&old).unwrap()).unwrap();
     let (_, a) = load_reference(&dir.join("r16.gguf")).unwrap();
     let (_, b) = load_reference(&old).unwrap();
-    assert_eq!(a.weights.layers[1].w_down, b.weights.layers[1].w_down);
-    assert_ne!(a.weights.layers[1].w_down, r.weights.layers[1].w_down);
+    assert_eq!(
+        a.weights.layers[1].proj[Proj::Down],
+        b.weights.layers[1].proj[Proj::Down]
+    );
+    assert_ne!(
+        a.weights.layers[1].proj[Proj::Down],
+        r.weights.layers[1].proj[Proj::Down]
+    );
 }
 
 #[test]

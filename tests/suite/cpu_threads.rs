@@ -11,7 +11,7 @@ use crate::common;
 use common::{gemma_path, load_cpu, model_path, models_file, reference};
 use pippin::engine::cpu::team::Team;
 use pippin::engine::{AdapterChoice, Engine, Event, GenerateOptions, Prompt, SessionOptions};
-use pippin::model::KvCache;
+use pippin::model::{KvCache, Proj};
 use pippin::sampler::argmax;
 use pippin::testing::{max_abs_diff, ThreadTeam};
 use std::sync::Arc;
@@ -51,7 +51,7 @@ fn threads_give_the_same_logits_as_one_thread_on_every_format() {
         for (helpers, capacity) in [(1, 1 << 22), (2, 8_000)] {
             let team: Arc<dyn Team> = ThreadTeam::new(helpers, capacity);
             let m = load_cpu(&path, Some(&team));
-            let wq = &m.weights.layers[0].wq;
+            let wq = &m.weights.layers[0].proj[Proj::Q];
             assert!(wq.remote.is_some() && wq.held() < wq.rows, "split");
             let what = format!("{} on {} threads", path.display(), helpers + 1);
             for (step, (g, w)) in run(&m).iter().zip(&want).enumerate() {

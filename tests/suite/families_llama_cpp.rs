@@ -1,5 +1,5 @@
 //! Families no real checkpoint of which is here — qwen2 (Q/K/V biases, half-split
-//! RoPE), granite (four multipliers), smollm3 (layers without RoPE), gemma2 (soft-caps,
+//! RoPE), llama with a bias on every projection (`llama-biases`), granite (four multipliers), smollm3 (layers without RoPE), gemma2 (soft-caps,
 //! windows on alternate layers, Gemma's norms and GELU), phi3 (fused Q|K|V and
 //! gate|up, partial RoPE with LongRoPE factors), lfm2 (gated short convolutions beside
 //! GQA layers, their state kept across turns) — on files of
@@ -24,7 +24,15 @@ use pippin::testing::max_abs_diff;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FAMILIES: [&str; 6] = ["qwen2", "granite", "smollm3", "gemma2", "phi3", "lfm2"];
+const FAMILIES: [&str; 7] = [
+    "qwen2",
+    "llama-biases",
+    "granite",
+    "smollm3",
+    "gemma2",
+    "phi3",
+    "lfm2",
+];
 
 /// How far our mean NLL may be from llama.cpp's, in nats per token. The reference is
 /// llama.cpp on an f32 copy of the file (no 8-bit activations): measured, the three
@@ -177,7 +185,14 @@ fn check_reference(family: &str, m: &Reference, refdata: &Value) {
 fn families_match_llama_cpp_on_the_reference() {
     for family in FAMILIES {
         let (_, m) = load_reference(&file(family)).unwrap();
-        assert_eq!(m.config.arch.name(), family);
+        let arch = family.split('-').next().unwrap();
+        assert_eq!(m.config.arch.name(), arch);
+        if family == "llama-biases" {
+            assert!(
+                m.config.biases.0.iter().all(|&b| b),
+                "every projection's bias read"
+            );
+        }
         check_reference(family, &m, &reference_of(family));
     }
 }

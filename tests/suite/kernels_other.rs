@@ -173,24 +173,32 @@ fn gated_activations_match() {
     }
 }
 
-/// Biases onto the leading `width` floats of each token's row (Qwen2's Q/K/V biases
-/// onto the qkv rows), past a workgroup's 256 and across tokens; the rest untouched.
+/// Biases, scaled, onto the leading `width` floats of each token's row (Qwen2's Q/K/V
+/// biases onto the qkv rows; an output projection's onto the residual stream, × the
+/// block's scale), past a workgroup's 256 and across tokens; the rest untouched.
 #[test]
 fn bias_add_onto_rows_awkward_widths() {
     let c = ctx();
-    for (width, stride, t) in [(1, 1, 1), (37, 40, 3), (300, 300, 2), (1152, 1600, 5)] {
+    let cases = [
+        (1, 1, 1, 1.0),
+        (37, 40, 3, 1.0),
+        (300, 300, 2, 0.25),
+        (1152, 1600, 5, -1.5),
+    ];
+    for (width, stride, t, scale) in cases {
         let (y0, bias) = (values(t * stride, 7), values(width, 8));
         let (yb, bb) = (c.buf(&y0), c.buf(&bias));
         let step = c.step(t, 0);
         c.run(&step, |p| {
-            elementwise::bias_add(p, &bb, &yb, width, stride, t).unwrap()
+            elementwise::bias_add(p, &bb, &yb, (width, stride), scale, t).unwrap()
         });
+        let scaled: Vec<f32> = bias.iter().map(|b| scale * b).collect();
         let mut want = y0.clone();
         for row in want.chunks_exact_mut(stride) {
-            reference::add_rows(&mut row[..width], &bias);
+            reference::add_rows(&mut row[..width], &scaled);
         }
         assert_close(
-            &format!("width {width} stride {stride} t {t}"),
+            &format!("width {width} stride {stride} t {t} scale {scale}"),
             &c.read(&yb, t * stride),
             &want,
             1e-6,

@@ -106,7 +106,7 @@ fn smollm2_q3_k_m_matches_llama_cpp() {
 fn gemma3_window_matters_only_past_512_tokens() {
     let m = gemma();
     // A window longer than the prompt: the same layers (and their RoPE), no window.
-    let mut full = Reference::new(m.config.clone(), clone_weights(m));
+    let mut full = Reference::new(m.config.clone(), m.weights.clone());
     full.config.sliding_window = 1 << 20;
     let refdata = testdata("gemma3-reference.json");
     let prompt = ids(&refdata["results"][2]["prompt_token_ids"]);
@@ -119,35 +119,4 @@ fn gemma3_window_matters_only_past_512_tokens() {
         .unwrap();
     assert!(pippin::testing::max_abs_diff(&windowed[0], &unwindowed[0]) < 1e-3);
     assert!(pippin::testing::max_abs_diff(&windowed[1], &unwindowed[1]) > 0.1);
-}
-
-fn clone_weights(m: &Reference) -> pippin::model::Weights {
-    let w = &m.weights;
-    pippin::model::Weights {
-        token_embd: w.token_embd.clone(),
-        output_norm: w.output_norm.clone(),
-        output: w.output.clone(),
-        rope_freqs: w.rope_freqs.clone(),
-        layers: w
-            .layers
-            .iter()
-            .map(|l| pippin::model::weights::Layer {
-                attn_norm: l.attn_norm.clone(),
-                wq: l.wq.clone(),
-                wk: l.wk.clone(),
-                wv: l.wv.clone(),
-                wo: l.wo.clone(),
-                ffn_norm: l.ffn_norm.clone(),
-                w_gate: l.w_gate.clone(),
-                w_up: l.w_up.clone(),
-                w_down: l.w_down.clone(),
-                q_norm: l.q_norm.clone(),
-                k_norm: l.k_norm.clone(),
-                post_attn_norm: l.post_attn_norm.clone(),
-                post_ffn_norm: l.post_ffn_norm.clone(),
-                qkv_bias: l.qkv_bias.clone(),
-                conv: l.conv.clone(),
-            })
-            .collect(),
-    }
 }

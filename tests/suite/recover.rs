@@ -61,9 +61,10 @@ fn the_training_forward_is_the_reference_forward() {
         synthetic(&dir, "gemma3.gguf", Spec::gemma3(5)),
         synthetic(&dir, "gemma2.gguf", Spec::gemma2(5)),
     ];
-    // Biases (qwen2), fused Q|K|V (phi3), NoPE layers (smollm3), multipliers
-    // (granite): real weights in other families' files (scripts/fetch-fixtures).
-    for f in ["qwen2", "phi3", "smollm3", "granite"] {
+    // Biases (qwen2's Q/K/V, every projection's in llama-biases), fused Q|K|V (phi3),
+    // NoPE layers (smollm3), multipliers (granite): real weights in other families'
+    // files (scripts/fetch-fixtures).
+    for f in ["qwen2", "llama-biases", "phi3", "smollm3", "granite"] {
         files.push(models_file(&format!("fixtures/families/{f}.gguf")));
     }
     for path in files {

@@ -98,12 +98,7 @@ impl LoadedModel for CpuLoaded {
         let layers: u64 = w
             .layers
             .iter()
-            .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
-                    .map(|m| m.bytes())
-                    .sum::<u64>()
-            })
+            .map(|l| l.proj.0.iter().map(|m| m.bytes()).sum::<u64>())
             .sum();
         layers + w.token_embd.bytes() + w.output.as_ref().map_or(0, |o| o.bytes())
     }

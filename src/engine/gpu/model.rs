@@ -8,9 +8,9 @@ use crate::gpu::Gpu;
 use crate::kernels::matmul::GpuMatrix;
 use crate::kernels::stacked::Stacked;
 use crate::kernels::{attention, Kernels};
-use crate::model::arch::{GlobalTensor, LayerTensor};
-use crate::model::weights::{decodable, roles, Role, TensorSpec};
-use crate::model::Config;
+use crate::model::arch::block::Projs;
+use crate::model::weights::{decodable, roles, Layer, Role, Tensor, TensorSpec};
+use crate::model::{Config, Proj, Weights};
 use crate::quant::{self, gpu_layout};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,11 +39,50 @@ pub struct GpuLayer {
     /// `[hidden]` each: Gemma's norms of the attention and MLP outputs (before the
     /// residual adds).
     pub post_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
-    /// `[q_dim + 2·kv_dim]`: the Q, K and V biases side by side, as a qkv row (Qwen2).
-    pub qkv_bias: Option<wgpu::Buffer>,
+    /// Each group of projections' biases as one row of its output (`Projs::index`
+    /// order; zeros for a member without one): Qwen2's `[q_dim + 2·kv_dim]` Q|K|V.
+    pub biases: [Option<wgpu::Buffer>; 4],
     /// `[hidden][taps]`: a convolution layer's taps (LFM2; its Q, K, V are B, C, x
     /// and O its out_proj).
     pub conv: Option<wgpu::Buffer>,
+}
+
+impl GpuLayer {
+    /// Layer `i` in the GPU's form: Q|K|V and gate|up stacked where their formats
+    /// allow, the QK-norms side by side, each group's biases as one row.
+    fn new(gpu: &Gpu, c: &Config, i: usize, l: Layer<GpuMatrix, GpuVector>) -> Result<GpuLayer> {
+        let mut biases = [None, None, None, None];
+        for ps in Projs::ALL {
+            let bias = |p: Proj| l.biases[p].as_ref().map(|b| &b.1[..]);
+            biases[ps.index()] = group_bias(gpu, c, ps, bias)?;
+        }
+        let qk_norm = match (&l.q_norm, &l.k_norm) {
+            (Some(q), Some(k)) => Some(gpu.upload_f32("QK-norm", &[&q.1[..], &k.1[..]].concat())?),
+            _ => None,
+        };
+        let post_norms = match (l.post_attn_norm, l.post_ffn_norm) {
+            (Some(a), Some(f)) => Some((a.0, f.0)),
+            _ => None,
+        };
+        let [wq, wk, wv, wo, gate, up, down] = l.proj.0;
+        Ok(GpuLayer {
+            attn_norm: l.attn_norm.0,
+            qkv: Stacked::stack(gpu, &format!("blk.{i}.qkv"), vec![wq, wk, wv])?,
+            wo,
+            ffn_norm: l.ffn_norm.0,
+            gate_up: Stacked::stack(gpu, &format!("blk.{i}.gate_up"), vec![gate, up])?,
+            down,
+            qk_norm,
+            post_norms,
+            biases,
+            conv: l.conv.map(|(b, _)| b),
+        })
+    }
+
+    /// The biases of group `ps`'s outputs, if any member has one.
+    pub fn bias(&self, ps: Projs) -> Option<&wgpu::Buffer> {
+        self.biases[ps.index()].as_ref()
+    }
 }
 
 /// Device, kernels and weights: what every session of one model shares.
@@ -67,6 +106,10 @@ pub struct GpuModel {
     /// engine to parse and upload; taken by it.
     pub adapter_tensors: crate::adapters::recovery::Tensors,
 }
+
+/// A vector on the GPU and its values (the RoPE factors are the CPU's, the QK-norms
+/// and biases are put side by side).
+pub type GpuVector = (wgpu::Buffer, Vec<f32>);
 
 pub(super) enum Uploaded {
     Matrix(GpuMatrix),
@@ -244,93 +287,25 @@ impl GpuModel {
         Self::load_from(gpu, &mut src, progress).await
     }
 
+    /// The uploaded tensors as the model's layers (`Weights::assemble`, the one
+    /// assembly by role), each then put in the GPU's form (`GpuLayer::new`).
     fn assemble(
         gpu: Gpu,
         kernels: Arc<Kernels>,
         config: Config,
         mut up: HashMap<String, Uploaded>,
     ) -> Result<GpuModel> {
-        let mut take = |name: &str| {
-            up.remove(name)
-                .ok_or_else(|| Error::internal(format!("tensor {name} was not read")))
-        };
-        // `upload` makes each tensor what its spec says; a mismatch is a bug, reported
-        // as an error rather than a panic.
-        let matrix = |u: Uploaded| match u {
-            Uploaded::Matrix(m) => Ok(m),
-            Uploaded::Vector(..) => Err(Error::internal("a matrix was uploaded as a vector")),
-        };
-        let vector = |u: Uploaded| match u {
-            Uploaded::Vector(b, v) => Ok((b, v)),
-            Uploaded::Matrix(_) => Err(Error::internal("a vector was uploaded as a matrix")),
-        };
-        // Named as the family's files name them (Phi-3's RoPE factors have a name of
-        // their own).
-        let family = config.arch.family();
-        let mut global = |t: GlobalTensor| take(&family.global_spec(t, &config).name);
-        let embed = matrix(global(GlobalTensor::Embedding)?)?;
-        let output_norm = vector(global(GlobalTensor::OutputNorm)?)?.0;
-        let head = if config.tied_embeddings {
-            None
-        } else {
-            Some(matrix(global(GlobalTensor::Output)?)?)
-        };
-        let rope_factors = if config.rope_freq_factors {
-            Some(vector(global(GlobalTensor::RopeFreqs)?)?.1)
-        } else {
-            None
-        };
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for i in 0..config.n_layers {
-            use LayerTensor as T;
-            let has = family.layer_tensors(&config, i);
-            let mut get = |t: T| take(&family.layer_spec(t, &config, i).name);
-            let mut m = |t: T| matrix(get(t)?);
-            let (wq, wk, wv, wo, gate, up, down) = (
-                m(T::Q)?,
-                m(T::K)?,
-                m(T::V)?,
-                m(T::O)?,
-                m(T::Gate)?,
-                m(T::Up)?,
-                m(T::Down)?,
-            );
-            let mut vec = |t: T| vector(get(t)?);
-            let qk_norm = if has.contains(&T::QNorm) {
-                let (q, k) = (vec(T::QNorm)?.1, vec(T::KNorm)?.1);
-                Some(gpu.upload_f32("QK-norm", &[q, k].concat())?)
-            } else {
-                None
-            };
-            let qkv_bias = if has.contains(&T::QBias) {
-                let (q, k, v) = (vec(T::QBias)?.1, vec(T::KBias)?.1, vec(T::VBias)?.1);
-                Some(gpu.upload_f32("QKV bias", &[q, k, v].concat())?)
-            } else {
-                None
-            };
-            let mut v = |t: T| Ok::<_, Error>(vec(t)?.0);
-            let post_norms = if has.contains(&T::PostAttnNorm) {
-                Some((v(T::PostAttnNorm)?, v(T::PostFfnNorm)?))
-            } else {
-                None
-            };
-            let conv = match has.contains(&T::ConvTaps) {
-                true => Some(v(T::ConvTaps)?),
-                false => None,
-            };
-            layers.push(GpuLayer {
-                attn_norm: v(T::AttnNorm)?,
-                qkv: Stacked::stack(&gpu, &format!("blk.{i}.qkv"), vec![wq, wk, wv])?,
-                wo,
-                ffn_norm: v(T::FfnNorm)?,
-                gate_up: Stacked::stack(&gpu, &format!("blk.{i}.gate_up"), vec![gate, up])?,
-                down,
-                qk_norm,
-                post_norms,
-                qkv_bias,
-                conv,
-            });
-        }
+        let w = Weights::assemble(&config, |s| match up.remove(&s.name) {
+            Some(Uploaded::Matrix(m)) => Ok(Tensor::Matrix(m)),
+            Some(Uploaded::Vector(b, v)) => Ok(Tensor::Vector((b, v))),
+            None => Err(Error::internal(format!("tensor {} was not read", s.name))),
+        })?;
+        let layers = (w.layers.into_iter().enumerate())
+            .map(|(i, l)| GpuLayer::new(&gpu, &config, i, l))
+            .collect::<Result<Vec<_>>>()?;
+        let (embed, head) = (w.token_embd, w.output);
+        let output_norm = w.output_norm.0;
+        let rope_factors = w.rope_freqs.map(|(_, v)| v);
         let weight_bytes = layers
             .iter()
             .map(|l| l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes())
@@ -359,4 +334,26 @@ impl GpuModel {
     pub fn head(&self) -> &GpuMatrix {
         self.head.as_ref().unwrap_or(&self.embed)
     }
+}
+
+/// The biases of a group of projections as one row of the group's output (zeros for a
+/// member without one), or `None` when no member has one.
+fn group_bias<'a>(
+    gpu: &Gpu,
+    c: &Config,
+    ps: Projs,
+    bias: impl Fn(Proj) -> Option<&'a [f32]>,
+) -> Result<Option<wgpu::Buffer>> {
+    let mut row = Vec::new();
+    let mut any = false;
+    for &p in ps.members() {
+        match bias(p) {
+            Some(b) => {
+                any = true;
+                row.extend_from_slice(b);
+            }
+            None => row.resize(row.len() + p.shape(c).0, 0.0),
+        }
+    }
+    any.then(|| gpu.upload_f32("bias", &row)).transpose()
 }

@@ -115,6 +115,13 @@ pub enum Projs {
 }
 
 impl Projs {
+    pub const ALL: [Projs; 4] = [Projs::Mixer, Projs::Out, Projs::GateUp, Projs::Down];
+
+    /// Position in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The projections of the group, in the order their outputs stand.
     pub fn members(self) -> &'static [crate::model::Proj] {
         use crate::model::Proj::*;

@@ -5,6 +5,7 @@ use super::{Arch, GlobalTensor};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::model::config::{Config, MAX_DIM};
+use crate::model::{PerProj, Proj};
 
 /// A file's keys under its architecture's prefix.
 pub struct Keys<'a> {
@@ -153,20 +154,22 @@ impl<'a> Keys<'a> {
             context_length: self.int("context_length")?,
             tied_embeddings: !self.has_tensor(GlobalTensor::Output),
             attn_scale: (head_dim as f32).powf(-0.5),
-            qkv_bias: self.has_qkv_bias(),
+            biases: self.biases(),
             // The steps llama's block does not take (adjacent RoPE, SiLU, no extra norms,
             // windows or multipliers), as `Config::default` has them.
             ..Config::default()
         })
     }
 
-    /// Whether the first layer has Q, K or V biases (then every layer must have all
-    /// three: `config_of` says which is missing).
-    fn has_qkv_bias(&self) -> bool {
-        use super::LayerTensor as T;
-        [T::QBias, T::KBias, T::VBias]
-            .iter()
-            .any(|t| self.gguf.tensor(&t.name(0)).is_some())
+    /// The projections the first layer has biases for (then every layer must have
+    /// them: the loaders say which one is missing).
+    fn biases(&self) -> PerProj<bool> {
+        let has = |p| {
+            self.gguf
+                .tensor(&super::LayerTensor::Bias(p).name(0))
+                .is_some()
+        };
+        PerProj(Proj::ALL.map(has))
     }
 
     /// Rows of the embedding (0 when it is not 2-D: `validate` names that).

@@ -24,10 +24,8 @@ pub enum LayerTensor {
     Down,
     /// RMSNorm of the MLP output before its residual add (Gemma).
     PostFfnNorm,
-    /// Biases added to the query, key and value projections (Qwen2).
-    QBias,
-    KBias,
-    VBias,
+    /// The bias added to a projection's output (Qwen2's Q, K and V).
+    Bias(Proj),
     /// Q, K and V in one matrix, their rows in that order (Phi-3).
     Qkv,
     /// Gate and up in one matrix, gate's rows first (Phi-3).
@@ -59,9 +57,7 @@ impl LayerTensor {
             Up => "ffn_up",
             Down => "ffn_down",
             PostFfnNorm => "post_ffw_norm",
-            QBias => "attn_q",
-            KBias => "attn_k",
-            VBias => "attn_v",
+            Bias(p) => LayerTensor::of(p).gguf(),
             Qkv => "attn_qkv",
             GateUp => "ffn_up",
             ConvInProj => "shortconv.in_proj",
@@ -74,7 +70,7 @@ impl LayerTensor {
     pub fn name(self, l: usize) -> String {
         use LayerTensor::*;
         let kind = match self {
-            QBias | KBias | VBias => "bias",
+            Bias(_) => "bias",
             _ => "weight",
         };
         format!("blk.{l}.{}.{kind}", self.gguf())
@@ -105,8 +101,7 @@ impl LayerTensor {
         let name = self.name(l);
         match self {
             QNorm | KNorm => TensorSpec::vector(name, c.head_dim),
-            QBias => TensorSpec::vector(name, c.q_dim()),
-            KBias | VBias => TensorSpec::vector(name, c.kv_dim()),
+            Bias(p) => TensorSpec::vector(name, p.shape(c).0),
             AttnNorm | PostAttnNorm | FfnNorm | PostFfnNorm => TensorSpec::vector(name, c.hidden),
             Q | K | V | O | Gate | Up | Down => {
                 let p = self.proj().unwrap_or(Proj::Q);
@@ -132,15 +127,13 @@ impl LayerTensor {
     }
 }
 
-/// The layer of llama's graph with the parts `c` asks for: pre-norms, Q/K/V/O (with
-/// biases when the file has them), the gated MLP, QK-norm and post norms where the
-/// family has them.
+/// The layer of llama's graph with the parts `c` asks for: pre-norms, Q/K/V/O, the
+/// gated MLP, the biases of whichever projections the file has them for, QK-norm and
+/// post norms where the family has them.
 pub fn standard_layer(c: &Config) -> Vec<LayerTensor> {
     use LayerTensor::*;
     let mut v = vec![AttnNorm, Q, K, V, O];
-    if c.qkv_bias {
-        v.extend([QBias, KBias, VBias]);
-    }
+    v.extend(c.biases.iter().filter(|(_, &b)| b).map(|(p, _)| Bias(p)));
     if c.qk_norm {
         v.extend([QNorm, KNorm]);
     }

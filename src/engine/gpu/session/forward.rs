@@ -164,7 +164,7 @@ impl GpuSession {
         }
     }
 
-    /// A block's output: `x` (rows of `x_stride`) through `w` (and its LoRA), scaled,
+    /// A block's output: `x` (rows of `x_stride`) through `w` (its LoRA, its bias), scaled,
     /// added to the residual stream — after the post-norm where the family has one.
     #[allow(clippy::too_many_arguments)]
     fn add_output(
@@ -172,7 +172,7 @@ impl GpuSession {
         m: &GpuModel,
         pass: &mut Pass,
         (x, x_stride): (&wgpu::Buffer, usize),
-        (w, lora): (&GpuMatrix, Option<&GpuLora>),
+        (w, lora, bias): (&GpuMatrix, Option<&GpuLora>, Option<&wgpu::Buffer>),
         post: Option<&wgpu::Buffer>,
         scale: f32,
         n: usize,
@@ -185,6 +185,9 @@ impl GpuSession {
         };
         self.project(pass, (w, lora), &io, n)?;
         let (c, b) = (&m.config, &self.b);
+        if let Some(bias) = bias {
+            elementwise::bias_add(pass, bias, y, (c.hidden, c.hidden), scale, n)?;
+        }
         match post {
             Some(w) => {
                 let out = NormOut {
@@ -307,8 +310,8 @@ impl<'s> GpuLayerOps<'s, '_, '_, '_> {
             };
             self.s.lora(pass, lo, &io, n)?;
         }
-        if let Some(bias) = &w.qkv_bias {
-            elementwise::bias_add(pass, bias, &b.qkv, stride, stride, n)?;
+        if let Some(bias) = w.bias(Projs::Mixer) {
+            elementwise::bias_add(pass, bias, &b.qkv, (stride, stride), 1.0, n)?;
         }
         Ok(())
     }
@@ -408,7 +411,8 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
             .filter_map(|(p, off)| lora(p).map(|lo| (lo, off)))
             .collect();
         let one = matches!(w.gate_up, Stacked::One(_));
-        if s.decodes(n) && one && loras.is_empty() {
+        let bias = w.bias(Projs::GateUp);
+        if s.decodes(n) && one && loras.is_empty() && bias.is_none() {
             s.normed_matmul(m, pass, &w.gate_up, norm_w, Some(act), false, &b.act, f, n)?;
         } else {
             let keep = !loras.is_empty();
@@ -420,6 +424,9 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
                     ..Io::new((&b.h, c.hidden), (&b.gu, 2 * f))
                 };
                 s.lora(pass, lo, &io, n)?;
+            }
+            if let Some(bias) = bias {
+                elementwise::bias_add(pass, bias, &b.gu, (2 * f, 2 * f), 1.0, n)?;
             }
             elementwise::glu(pass, act, &b.gu, &b.act, f, n)?;
         }
@@ -437,8 +444,8 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
         let LayerAt { m, lora, n, .. } = self.at;
         let w = self.layer();
         let weights = match ps {
-            Projs::Out => (&w.wo, lora(Proj::O)),
-            Projs::Down => (&w.down, lora(Proj::Down)),
+            Projs::Out => (&w.wo, lora(Proj::O), w.bias(ps)),
+            Projs::Down => (&w.down, lora(Proj::Down), w.bias(ps)),
             Projs::Mixer | Projs::GateUp => {
                 return Err(out_of_order(
                     "GPU forward: a residual add out of the block's order",
