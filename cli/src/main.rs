@@ -79,8 +79,8 @@ enum Cmd {
         /// Leave out the recovery adapter the model's file carries.
         #[arg(long)]
         no_recovery: bool,
-        /// Only these parts of the GPU bench (default: all), e.g. `--only kernels` or
-        /// `--only speculation` while tuning a kernel.
+        /// Only these parts of the bench (default: all), e.g. `--only kernels` or
+        /// `--only speculation` while tuning a kernel (the CPU bench has no kernels).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<BenchPart>,
     },
@@ -163,15 +163,15 @@ fn main() {
             cpu: true,
             draft,
             no_recovery,
+            only,
             ..
         } => run_bench_cpu(
             &model,
-            prompt,
-            steps,
-            kv,
+            (prompt, steps, kv),
             json,
             draft.as_deref(),
             !no_recovery,
+            &only,
         ),
         Cmd::Bench {
             model,
@@ -372,13 +372,13 @@ fn print_kernels(kernels: &[bench::KernelRow]) {
 /// `pippin bench --cpu`: the CPU backend's speed, memory and guided reply.
 fn run_bench_cpu(
     path: &std::path::Path,
-    prompt: usize,
-    steps: usize,
-    kv: KvFormat,
+    (prompt, steps, kv): (usize, usize, KvFormat),
     json: bool,
     draft: Option<&std::path::Path>,
     recovery: bool,
+    only: &[BenchPart],
 ) -> Result<()> {
+    let wants = |p: BenchPart| only.is_empty() || only.contains(&p);
     pippin::memory::reset_peak();
     let before = pippin::memory::heap();
     let so = bench_session(prompt, steps, kv);
@@ -388,40 +388,68 @@ fn run_bench_cpu(
         pippin::memory::heap().peak_bytes - before.live_bytes,
         pippin::memory::heap().live_bytes - before.live_bytes,
     );
-    let (prefill, decode) = bench::cpu_model(&mut engine, prompt, steps)?;
-    let guided = bench_guided::guided(&mut engine, 48)?;
-    let mut speculation = speculation(&mut engine, path)?;
-    let prefix = bench_sessions::prefix_cache(&mut engine)?;
-    if let Some(d) = draft {
-        engine.set_draft(pollster::block_on(Engine::load_file_cpu(d, so))?)?;
-        speculation.extend(self::speculation(&mut engine, path)?);
+    let (prefill, decode) = match wants(BenchPart::Model) {
+        true => bench::cpu_model(&mut engine, prompt, steps)?,
+        false => (0.0, 0.0),
+    };
+    let guided = match wants(BenchPart::Guided) {
+        true => Some(bench_guided::guided(&mut engine, 48)?),
+        false => None,
+    };
+    let mut speculation = Vec::new();
+    if wants(BenchPart::Speculation) {
+        speculation = self::speculation(&mut engine, path)?;
+        if let Some(d) = draft {
+            engine.set_draft(pollster::block_on(Engine::load_file_cpu(d, so))?)?;
+            speculation.extend(self::speculation(&mut engine, path)?);
+        }
     }
+    let prefix = match wants(BenchPart::Prefix) {
+        true => Some(bench_sessions::prefix_cache(&mut engine)?),
+        false => None,
+    };
     if json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "backend": "cpu",
             "model": path.display().to_string(),
             "threads": rayon::current_num_threads(),
-            "prefill_tokens_per_s": prefill,
-            "decode_tokens_per_s": decode,
-            "guided": guided.to_json(),
-            "speculation": speculation.iter().map(|t| t.to_json()).collect::<Vec<_>>(),
-            "prefix_cache": prefix.to_json(),
             "memory": {"load_heap_peak_bytes": peak, "heap_after_load_bytes": live},
         });
+        if wants(BenchPart::Model) {
+            v["prefill_tokens_per_s"] = prefill.into();
+            v["decode_tokens_per_s"] = decode.into();
+        }
+        if let Some(g) = &guided {
+            v["guided"] = g.to_json();
+        }
+        if wants(BenchPart::Speculation) {
+            v["speculation"] = speculation.iter().map(|t| t.to_json()).collect();
+        }
+        if let Some(p) = &prefix {
+            v["prefix_cache"] = p.to_json();
+        }
         println!("{v:#}");
         return Ok(());
     }
     println!(
-        "CPU backend, {} ({} threads)\nprefill {prefill:.1} tokens/s ({prompt}-token prompt), decode {decode:.1} tokens/s ({steps} steps)\nheap after load {} MB (peak {} MB)\n{guided}",
+        "CPU backend, {} ({} threads)\nheap after load {} MB (peak {} MB)",
         path.display(),
         rayon::current_num_threads(),
         live / 1_000_000,
         peak / 1_000_000,
     );
+    if wants(BenchPart::Model) {
+        println!("prefill {prefill:.1} tokens/s ({prompt}-token prompt), decode {decode:.1} tokens/s ({steps} steps)");
+    }
+    if let Some(g) = &guided {
+        println!("{g}");
+    }
     for t in &speculation {
         println!("{t}");
     }
-    println!("{prefix}");
+    if let Some(p) = &prefix {
+        println!("{p}");
+    }
     Ok(())
 }
 

@@ -104,16 +104,27 @@ fn info_names_the_family_and_its_module() {
 }
 
 /// `pippin bench --cpu --json`: the CPU backend's figures, its guided reply included
-/// (the CPU backend gives full logits, which the guided bench masks itself).
+/// (the CPU backend gives full logits, which the guided bench masks itself); the
+/// speculation figures (~15 s of replies, nothing this test checks) left out.
 #[test]
 fn bench_on_the_cpu_backend() {
     let args = [
-        "bench", "--cpu", "--json", "--prompt", "8", "--steps", "4", "--model",
+        "bench",
+        "--cpu",
+        "--json",
+        "--prompt",
+        "8",
+        "--steps",
+        "4",
+        "--only",
+        "model,guided,prefix",
+        "--model",
     ];
     let model = model();
     let (out, _) = pippin(args.iter().map(OsStr::new).chain([model.as_os_str()]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["backend"], "cpu");
+    assert!(v.get("speculation").is_none(), "--only leaves it out: {v}");
     for k in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
