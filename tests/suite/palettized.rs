@@ -1,7 +1,7 @@
 //! The default model converted by `pippin convert` (4-bit, and mixed 2/4-bit at 3.5
 //! bits per weight) runs on the GPU: same perplexity as the CPU reference of the same
 //! file, sensible answers, and perplexity within the bounds docs/palettization.md states.
-//! Calibration uses 256 tokens of texts/social-contract.txt (32 for sensitivities) so
+//! Calibration uses 256 tokens of texts/social-contract.txt (16 for sensitivities) so
 //! CI stays fast; docs/palettization.md's table uses the CLI defaults (1024 and 128).
 
 use crate::common;
@@ -44,7 +44,7 @@ fn converted(name: &str, bits: Bits) -> (PathBuf, Report) {
         bits,
         calibration: Some(text("social-contract.txt")),
         calibration_tokens: 256,
-        sensitivity_tokens: 32,
+        sensitivity_tokens: 16,
         ..Options::default()
     };
     let report = convert::convert(&model_path(), &out, &opts, &mut |m| eprintln!("{m}")).unwrap();
