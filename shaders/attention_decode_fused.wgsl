@@ -10,6 +10,7 @@
 // for contexts where one workgroup per KV head keeps the GPU busy enough.
 #include "kv_cache.wgsl"
 #include "step.wgsl"
+#include "workgroup_sum.wgsl"
 
 @group(0) @binding(5) var<storage, read> qkv: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>; // [token][NH * HD]
@@ -33,7 +34,6 @@ const NEG: f32 = -1e30;
 
 var<workgroup> qs: array<f32, 2048>;    // [G][HD], normalized, rotated, scaled
 var<workgroup> s: array<f32, 1024>;     // [G][CHUNK] scores, then weights
-var<workgroup> sums: array<f32, 64>;
 var<workgroup> stats: array<f32, 48>;   // per head: running max, sum, correction
 
 // RMS-normalizes `len` values of `buf` (qs from `at`, or kv_vals) with weights `w0`.
@@ -43,16 +43,7 @@ fn norm_head(in_qs: bool, at: u32, w0: u32, lid: u32) {
         let v = select(kv_vals[i], qs[at + i], in_qs);
         ss += v * v;
     }
-    sums[lid] = ss;
-    workgroupBarrier();
-    for (var k = 32u; k > 0u; k >>= 1u) {
-        if lid < k {
-            sums[lid] += sums[lid + k];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(sums[0] / f32(HD) + EPS);
-    workgroupBarrier();
+    let scale = inverseSqrt(workgroup_sum(lid, ss, 64u) / f32(HD) + EPS);
     for (var i = lid; i < HD; i += 64u) {
         if in_qs {
             qs[at + i] = qs[at + i] * scale * qk_norm[w0 + i];

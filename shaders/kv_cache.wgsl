@@ -44,22 +44,29 @@ fn kv_decode(word: u32, e: u32, scale: f32) -> f32 {
     }
 }
 
-fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
+// Value d of KV head kvh at position pos: of V where `is_v`, else of K.
+fn kv_at(is_v: bool, pos: u32, kvh: u32, d: u32) -> f32 {
     let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
     var s = 0.0;
+    let w = kv_word(e);
+    if is_v {
+        if KV_FORMAT >= KV_INT8 {
+            s = v_scales[kv_scale_index(e)];
+        }
+        return kv_decode(v_cache[w], e, s);
+    }
     if KV_FORMAT >= KV_INT8 {
         s = k_scales[kv_scale_index(e)];
     }
-    return kv_decode(k_cache[kv_word(e)], e, s);
+    return kv_decode(k_cache[w], e, s);
+}
+
+fn k_at(pos: u32, kvh: u32, d: u32) -> f32 {
+    return kv_at(false, pos, kvh, d);
 }
 
 fn v_at(pos: u32, kvh: u32, d: u32) -> f32 {
-    let e = ((pos % SLOTS) * NKV + kvh) * HD + d;
-    var s = 0.0;
-    if KV_FORMAT >= KV_INT8 {
-        s = v_scales[kv_scale_index(e)];
-    }
-    return kv_decode(v_cache[kv_word(e)], e, s);
+    return kv_at(true, pos, kvh, d);
 }
 
 // The head being written: HD values, set by the caller before `store_head`.

@@ -10,8 +10,7 @@
 #include "weights.wgsl"
 #include "step.wgsl"
 #include "matmul_out.wgsl"
-
-@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+#include "gemv_rows.wgsl"
 @group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;            // inputs (row length), a multiple of 32
@@ -24,16 +23,12 @@ const STAGE: u32 = 768u; // vec4s: 12 KiB, under WebGPU's 16 KiB with the partia
 var<workgroup> partial: array<f32, 256>;
 var<workgroup> xs: array<vec4<f32>, STAGE>;
 
-fn x4(i: u32, staged: bool) -> vec4<f32> {
-    if staged {
-        return xs[i];
+// One token's share of a block part, from x staged in workgroup memory where it fits.
+fn dots1(w: W8, xo: u32) -> f32 {
+    if K / 4u <= STAGE {
+        return dot(w.a, xs[xo]) + dot(w.b, xs[xo + 1u]);
     }
-    return x[i];
-}
-
-// One token's share of a block part: the sum a one-token dispatch adds.
-fn dots(w: W8, xo: u32, staged: bool) -> f32 {
-    return dot(w.a, x4(xo, staged)) + dot(w.b, x4(xo + 1u, staged));
+    return dots_x(w, xo);
 }
 
 @compute @workgroup_size(WG)
@@ -53,28 +48,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
     }
-    var lo = vec4<f32>(0.0); // tokens 0-3
-    var hi = vec4<f32>(0.0); // tokens 4-7
+    var d = mat2x4<f32>();
     if row < part.rows {
-        for (var b = lane; b < nb; b += TPR) {
-            for (var p = 0u; p < 4u; p++) {
-                let w = weight8(row, nb, b, p);
-                let xo = b * 8u + p * 2u;
-                if TOKENS == 1u {
-                    lo.x += dots(w, xo, staged);
-                } else {
-                    lo += vec4(dots(w, o[0] + xo, false), dots(w, o[1] + xo, false),
-                               dots(w, o[2] + xo, false), dots(w, o[3] + xo, false));
-                    if TOKENS == 8u && n_run > 4u {
-                        hi += vec4(dots(w, o[4] + xo, false), dots(w, o[5] + xo, false),
-                                   dots(w, o[6] + xo, false), dots(w, o[7] + xo, false));
-                    }
-                }
-            }
-        }
+        d = row_dots(row, nb, lane, TPR, o, n_run);
     }
     for (var t = 0u; t < n_run; t++) {
-        partial[lid] = select(hi[t % 4u], lo[t % 4u], t < 4u);
+        partial[lid] = select(d[1], d[0], t < 4u)[t % 4u];
         workgroupBarrier();
         for (var s = TPR / 2u; s > 0u; s >>= 1u) {
             if lane < s {

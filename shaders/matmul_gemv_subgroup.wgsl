@@ -6,8 +6,7 @@
 #include "weights.wgsl"
 #include "step.wgsl"
 #include "matmul_out.wgsl"
-
-@group(0) @binding(3) var<storage, read> x: array<vec4<f32>>;
+#include "gemv_rows.wgsl"
 @group(0) @binding(5) var<uniform> part: Part; // which rows of the matrix this dispatch holds
 
 override K: u32;
@@ -16,9 +15,8 @@ override WG: u32 = 256u;  // a multiple of SG
 override TOKENS: u32 = 1u;  // 1, 4 or 8: up to that many of the step's n_tokens run
 override X_STRIDE: u32 = 0u; // floats between tokens' rows of x (several tokens)
 
-// One token's share of a block part: the sum a one-token dispatch adds.
-fn dots(w: W8, xo: u32) -> f32 {
-    return dot(w.a, x[xo]) + dot(w.b, x[xo + 1u]);
+fn dots1(w: W8, xo: u32) -> f32 {
+    return dots_x(w, xo);
 }
 
 @compute @workgroup_size(WG)
@@ -32,28 +30,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // Tokens this dispatch runs; rows of x past them read token 0's (never written).
     let n_run = select(min(TOKENS, step.n_tokens), 1u, TOKENS == 1u);
     let o = token_rows(n_run);
-    var lo = vec4<f32>(0.0); // tokens 0-3
-    var hi = vec4<f32>(0.0); // tokens 4-7
+    var d = mat2x4<f32>();
     if row < part.rows {
-        for (var b = lane; b < nb; b += SG) {
-            for (var p = 0u; p < 4u; p++) {
-                let w = weight8(row, nb, b, p);
-                let xo = b * 8u + p * 2u;
-                if TOKENS == 1u {
-                    lo.x += dots(w, xo);
-                } else {
-                    lo += vec4(dots(w, o[0] + xo), dots(w, o[1] + xo),
-                               dots(w, o[2] + xo), dots(w, o[3] + xo));
-                    if TOKENS == 8u && n_run > 4u {
-                        hi += vec4(dots(w, o[4] + xo), dots(w, o[5] + xo),
-                                   dots(w, o[6] + xo), dots(w, o[7] + xo));
-                    }
-                }
-            }
-        }
+        d = row_dots(row, nb, lane, SG, o, n_run);
     }
     for (var t = 0u; t < n_run; t++) {
-        let sum = subgroupAdd(select(hi[t % 4u], lo[t % 4u], t < 4u));
+        let sum = subgroupAdd(select(d[1], d[0], t < 4u)[t % 4u]);
         if lane == 0u && row < part.rows {
             let at = t * Y_STRIDE + Y_OFFSET + part.row0 + row;
             store(at, sum);

@@ -54,6 +54,17 @@ fn dots(w: W8, u: W8, o: u32, xo: u32, inv: f32) -> vec2<f32> {
     return r;
 }
 
+// Four tokens' dots (rows o[t0..t0+4]): the matrix row's in .x, the up row's in .y.
+fn dots4(w: W8, u: W8, o: array<u32, 8>, t0: u32, xo: u32, inv: vec4<f32>) -> mat2x4<f32> {
+    var r: mat2x4<f32>;
+    for (var t = 0u; t < 4u; t++) {
+        let d = dots(w, u, o[t0 + t], xo, inv[t]);
+        r[0][t] = d.x;
+        r[1][t] = d.y;
+    }
+    return r;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -124,19 +135,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                     lo.x += d.x;
                     up_lo.x += d.y;
                 } else {
-                    let d0 = dots(w, u, o[0], xo, inv_lo.x);
-                    let d1 = dots(w, u, o[1], xo, inv_lo.y);
-                    let d2 = dots(w, u, o[2], xo, inv_lo.z);
-                    let d3 = dots(w, u, o[3], xo, inv_lo.w);
-                    lo += vec4(d0.x, d1.x, d2.x, d3.x);
-                    up_lo += vec4(d0.y, d1.y, d2.y, d3.y);
+                    let d = dots4(w, u, o, 0u, xo, inv_lo);
+                    lo += d[0];
+                    up_lo += d[1];
                     if TOKENS == 8u && n_run > 4u {
-                        let d4 = dots(w, u, o[4], xo, inv_hi.x);
-                        let d5 = dots(w, u, o[5], xo, inv_hi.y);
-                        let d6 = dots(w, u, o[6], xo, inv_hi.z);
-                        let d7 = dots(w, u, o[7], xo, inv_hi.w);
-                        hi += vec4(d4.x, d5.x, d6.x, d7.x);
-                        up_hi += vec4(d4.y, d5.y, d6.y, d7.y);
+                        let e = dots4(w, u, o, 4u, xo, inv_hi);
+                        hi += e[0];
+                        up_hi += e[1];
                     }
                 }
             }

@@ -4,6 +4,7 @@
 // attention and MLP outputs, fused with the residual add).
 
 #include "step.wgsl"
+#include "workgroup_sum.wgsl"
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
@@ -13,7 +14,6 @@ override EPS: f32;
 override LAST_ONLY: bool = false;
 override ACCUMULATE: bool = false;
 
-var<workgroup> sums: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -24,15 +24,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var i = lid; i < LEN; i += 256u) {
         ss += x[xi + i] * x[xi + i];
     }
-    sums[lid] = ss;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if lid < s {
-            sums[lid] += sums[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(sums[0] / f32(LEN) + EPS);
+    let scale = inverseSqrt(workgroup_sum(lid, ss, 256u) / f32(LEN) + EPS);
     for (var i = lid; i < LEN; i += 256u) {
         let v = x[xi + i] * scale * w[i];
         if ACCUMULATE {

@@ -5,6 +5,7 @@
 // STYLE 1 rotates (i, i + ROPE_DIM/2) (NeoX / Qwen).
 
 #include "step.wgsl"
+#include "workgroup_sum.wgsl"
 @group(0) @binding(1) var<storage, read> table: array<vec2<f32>>; // (cos, sin) [pos][HALF]
 @group(0) @binding(2) var<storage, read_write> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read> qk_norm: array<f32>; // q's HD weights, then k's
@@ -19,7 +20,6 @@ override QK_NORM: bool = false;
 override EPS: f32 = 1e-6;
 
 var<workgroup> head: array<f32, 256>;
-var<workgroup> sums: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -32,16 +32,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         head[i] = v;
         ss += v * v;
     }
-    sums[lid] = ss;
     workgroupBarrier();
     if QK_NORM {
-        for (var s = 32u; s > 0u; s >>= 1u) {
-            if lid < s {
-                sums[lid] += sums[lid + s];
-            }
-            workgroupBarrier();
-        }
-        let scale = inverseSqrt(sums[0] / f32(HD) + EPS);
+        let scale = inverseSqrt(workgroup_sum(lid, ss, 64u) / f32(HD) + EPS);
         for (var i = lid; i < HD; i += 64u) {
             let w = qk_norm[select(HD + i, i, h < NH)];
             head[i] = head[i] * scale * w;

@@ -82,27 +82,24 @@ pub const CODES: [&str; 10] = [
     "Internal",
 ];
 
+/// `Error::name(msg)` for the variants that carry a message alone.
+macro_rules! constructors {
+    ($($f:ident => $v:ident),* $(,)?) => {
+        $(pub fn $f(msg: impl fmt::Display) -> Self {
+            Error::$v(msg.to_string())
+        })*
+    };
+}
+
 impl Error {
-    pub fn gguf(msg: impl fmt::Display) -> Self {
-        Error::Gguf(msg.to_string())
-    }
-    pub fn unsupported(msg: impl fmt::Display) -> Self {
-        Error::Unsupported(msg.to_string())
-    }
-    pub fn gpu(msg: impl fmt::Display) -> Self {
-        Error::Gpu(msg.to_string())
-    }
-    pub fn invalid(msg: impl fmt::Display) -> Self {
-        Error::Invalid(msg.to_string())
-    }
-    pub fn context_full(msg: impl fmt::Display) -> Self {
-        Error::ContextFull(msg.to_string())
-    }
-    pub fn device_limits(msg: impl fmt::Display) -> Self {
-        Error::DeviceLimits(msg.to_string())
-    }
-    pub fn internal(msg: impl fmt::Display) -> Self {
-        Error::Internal(msg.to_string())
+    constructors! {
+        gguf => Gguf,
+        unsupported => Unsupported,
+        gpu => Gpu,
+        invalid => Invalid,
+        context_full => ContextFull,
+        device_limits => DeviceLimits,
+        internal => Internal,
     }
 
     /// The stable name of what went wrong, for programs (JavaScript's `err.code`).

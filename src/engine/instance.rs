@@ -47,6 +47,24 @@ pub enum Prompt {
     Chat(Vec<Message>),
 }
 
+impl Prompt {
+    /// Its token ids under `tk`, as a reply with `opts` runs them, with the options
+    /// that reply runs with (a tool call's grammar added) and its call reader.
+    pub fn prepare(&self, tk: &Tokenizer, opts: &GenerateOptions) -> Result<Prepared> {
+        match self {
+            Prompt::Text(_) if !opts.tools.is_empty() => Err(Error::invalid(
+                "tools need a conversation: use chat(), not generate()",
+            )),
+            Prompt::Text(t) => Ok(Prepared {
+                ids: tk.encode_prompt(t, false)?,
+                opts: opts.clone(),
+                calls: None,
+            }),
+            Prompt::Chat(m) => tools::prepare(tk, m, opts),
+        }
+    }
+}
+
 /// The adapter a reply uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdapterChoice {
@@ -404,17 +422,7 @@ impl Engine {
     /// Token ids of a prompt, as a reply with `opts` would run them, with the
     /// options that reply runs with (a tool call's grammar added) and its call reader.
     pub fn prepare(&self, prompt: &Prompt, opts: &GenerateOptions) -> Result<Prepared> {
-        match prompt {
-            Prompt::Text(_) if !opts.tools.is_empty() => Err(Error::invalid(
-                "tools need a conversation: use chat(), not generate()",
-            )),
-            Prompt::Text(t) => Ok(Prepared {
-                ids: self.tokenizer.encode_prompt(t, false)?,
-                opts: opts.clone(),
-                calls: None,
-            }),
-            Prompt::Chat(m) => tools::prepare(&self.tokenizer, m, opts),
-        }
+        prompt.prepare(&self.tokenizer, opts)
     }
 
     /// Starts a reply: checks the request, runs the prompt (the part of the

@@ -70,38 +70,39 @@ impl TopK {
     /// Selects the `step.top_k` largest of `logits` (vocab floats) into `out` as (id,
     /// f32 bits). The count is a uniform: every count uses the same two pipelines.
     pub fn encode(&self, pass: &mut Pass, logits: &wgpu::Buffer) -> Result<()> {
-        let (k, step) = (pass.kernels, pass.step);
         let chunks = self.vocab.div_ceil(CH);
-        let p1 = k.pipe(
-            Shader::TopK,
-            &[
-                ("FIRST", 1.0),
-                ("N", self.vocab as f64),
-                ("CH", CH as f64),
-                ("MAX_K", MAX_K as f64),
-            ],
-        )?;
-        k.dispatch(
-            pass,
-            &p1,
-            &[step, logits, &self.dummy, &self.stage1, &self.mask],
-            [chunks as u32, 1, 1],
-        );
+        // Stage 1: each chunk of CH logits keeps its MAX_K largest; stage 2 merges them.
+        let first = [logits, &self.dummy, &self.stage1];
+        self.stage(pass, true, (self.vocab, CH), first, chunks)?;
         let n2 = chunks * MAX_K;
-        let p2 = k.pipe(
-            Shader::TopK,
-            &[
-                ("FIRST", 0.0),
-                ("N", n2 as f64),
-                ("CH", n2 as f64),
-                ("MAX_K", MAX_K as f64),
-            ],
-        )?;
+        let second = [&self.dummy, &self.stage1, &self.out];
+        self.stage(pass, false, (n2, n2), second, 1)
+    }
+
+    /// One top-k pass over `n` values in chunks of `ch`, reading logits (stage 1) or
+    /// the previous stage's pairs, writing pairs.
+    fn stage(
+        &self,
+        pass: &mut Pass,
+        first: bool,
+        (n, ch): (usize, usize),
+        io: [&wgpu::Buffer; 3],
+        groups: usize,
+    ) -> Result<()> {
+        let (k, step) = (pass.kernels, pass.step);
+        let constants = [
+            ("FIRST", if first { 1.0 } else { 0.0 }),
+            ("N", n as f64),
+            ("CH", ch as f64),
+            ("MAX_K", MAX_K as f64),
+        ];
+        let p = k.pipe(Shader::TopK, &constants)?;
+        let [a, b, c] = io;
         k.dispatch(
             pass,
-            &p2,
-            &[step, &self.dummy, &self.stage1, &self.out, &self.mask],
-            [1, 1, 1],
+            &p,
+            &[step, a, b, c, &self.mask],
+            [groups as u32, 1, 1],
         );
         Ok(())
     }

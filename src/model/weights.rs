@@ -42,12 +42,29 @@ pub const ROWS_PER_LUT_2BIT_KEY: &str = "pippin.palette.rows_per_lut_2bit";
 pub enum Stored<'a> {
     /// A tensor of the file, or rows of one (`TensorSpec::rows_of`).
     Plain(TensorInfo),
-    Palette {
-        idx: &'a TensorInfo,
-        lut: &'a TensorInfo,
-        bits: u32,
-        rows_per_lut: usize,
-    },
+    Palette(PaletteTensors<'a>),
+}
+
+/// A palettized matrix's two tensors in the file and their layout.
+#[derive(Clone, Debug)]
+pub struct PaletteTensors<'a> {
+    pub idx: &'a TensorInfo,
+    pub lut: &'a TensorInfo,
+    pub bits: u32,
+    pub rows_per_lut: usize,
+}
+
+impl PaletteTensors<'_> {
+    /// Reads the indices and tables of a `(rows, cols)` matrix.
+    pub fn read<R: crate::gguf::TensorReader>(
+        &self,
+        g: &Gguf,
+        r: &mut R,
+        shape: (usize, usize),
+    ) -> Result<Palettized> {
+        let (i, l) = (g.read_tensor(r, self.idx)?, g.read_tensor(r, self.lut)?);
+        Palettized::from_gguf(self.bits, shape, self.rows_per_lut, &i, &l)
+    }
 }
 
 impl Stored<'_> {
@@ -60,18 +77,7 @@ impl Stored<'_> {
     ) -> Result<Vec<f32>> {
         match *self {
             Stored::Plain(ref t) => crate::quant::dequantize_tensor(t, &g.read_tensor(r, t)?),
-            Stored::Palette {
-                idx,
-                lut,
-                bits,
-                rows_per_lut,
-            } => {
-                let (i, l) = (g.read_tensor(r, idx)?, g.read_tensor(r, lut)?);
-                Ok(
-                    Palettized::from_gguf(bits, (s.rows, s.cols), rows_per_lut, &i, &l)?
-                        .dequantize(),
-                )
-            }
+            Stored::Palette(ref p) => Ok(p.read(g, r, (s.rows, s.cols))?.dequantize()),
         }
     }
 }
@@ -113,12 +119,12 @@ pub fn locate<'a>(g: &'a Gguf, s: &TensorSpec) -> Result<Stored<'a>> {
             s.name, idx.ty, idx.dims, lut.ty, lut.dims
         )));
     }
-    Ok(Stored::Palette {
+    Ok(Stored::Palette(PaletteTensors {
         idx,
         lut,
         bits,
         rows_per_lut,
-    })
+    }))
 }
 
 /// Rows sharing a table in a palettized file's `bits`-wide matrices.
@@ -418,15 +424,10 @@ pub fn roles(gguf: &Gguf, config: &Config) -> Result<Reads> {
                 roles.insert(t.name.clone(), Role::Whole(s));
                 tensors.push(t);
             }
-            Stored::Palette {
-                idx,
-                lut,
-                bits,
-                rows_per_lut,
-            } => {
-                roles.insert(lut.name.clone(), Role::Tables(s.clone()));
-                roles.insert(idx.name.clone(), Role::Indices(s, bits, rows_per_lut));
-                tensors.extend([idx.clone(), lut.clone()]);
+            Stored::Palette(p) => {
+                roles.insert(p.lut.name.clone(), Role::Tables(s.clone()));
+                roles.insert(p.idx.name.clone(), Role::Indices(s, p.bits, p.rows_per_lut));
+                tensors.extend([p.idx.clone(), p.lut.clone()]);
             }
         };
     }

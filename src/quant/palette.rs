@@ -85,15 +85,7 @@ impl Palettized {
         idx: &[u8],
         lut: &[u8],
     ) -> Result<Palettized> {
-        let k = 1usize << bits;
-        let groups = rows.div_ceil(rows_per_lut.max(1));
-        if idx.len() != rows * row_words(bits, cols) * 4 || lut.len() != groups * k * 2 {
-            return Err(Error::gguf(format!(
-                "palettized {rows}x{cols} at {bits} bits: {} index bytes and {} table bytes do not fit",
-                idx.len(),
-                lut.len()
-            )));
-        }
+        check_gguf((rows, cols), bits, rows_per_lut, idx, lut)?;
         let per_word = 32 / bits as usize;
         let mask = (1u32 << bits) - 1;
         let indices = idx
@@ -279,6 +271,30 @@ fn with_tables(
         p.indices.extend(idx);
     }
     p
+}
+
+/// Checks a palettized `(rows, cols)` matrix's GGUF tensors: `bits`-wide indices packed
+/// in u32 words, a table of 2^bits f16 levels per `rows_per_lut` rows.
+pub fn check_gguf(
+    (rows, cols): (usize, usize),
+    bits: u32,
+    rows_per_lut: usize,
+    idx: &[u8],
+    lut: &[u8],
+) -> Result<()> {
+    let groups = rows.div_ceil(rows_per_lut.max(1));
+    if !matches!(bits, 2 | 4)
+        || !cols.is_multiple_of(32)
+        || idx.len() != rows * row_words(bits, cols) * 4
+        || lut.len() != groups * (1usize << bits) * 2
+    {
+        return Err(Error::gguf(format!(
+            "palettized {rows}x{cols} at {bits} bits: {} index bytes and {} table bytes do not fit",
+            idx.len(),
+            lut.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

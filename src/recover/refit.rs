@@ -201,20 +201,11 @@ pub fn palettes(g: &Gguf, r: &mut impl TensorReader, c: &Config) -> Result<Vec<L
             if spec.rows_of.is_some() || g.tensor(&spec.name).is_some() {
                 continue;
             }
-            if let Ok(Stored::Palette {
-                idx,
-                lut,
-                bits,
-                rows_per_lut,
-            }) = locate(g, &spec)
-            {
-                let (i, t) = (g.read_tensor(r, idx)?, g.read_tensor(r, lut)?);
-                let pal =
-                    Palettized::from_gguf(bits, (spec.rows, spec.cols), rows_per_lut, &i, &t)?;
+            if let Ok(Stored::Palette(t)) = locate(g, &spec) {
                 layer[p.index()] = Some(Palette {
-                    lut: lut.name.clone(),
-                    idx: idx.name.clone(),
-                    matrix: pal,
+                    lut: t.lut.name.clone(),
+                    idx: t.idx.name.clone(),
+                    matrix: t.read(g, r, (spec.rows, spec.cols))?,
                 });
             }
         }

@@ -53,43 +53,13 @@ fn look_up(lo: v128, hi: v128, idx: v128) -> (v128, v128) {
 /// `row · x` for a row of packed `bits`-bit indices (2 or 4) into `lv`, and one
 /// token's activations.
 pub fn dot(bits: u32, words: &[u32], lv: &Levels, x: Acts) -> f32 {
-    let bytes = lv.q.map(|v| v.to_le_bytes());
-    let lo = u8x16(
-        bytes[0][0],
-        bytes[1][0],
-        bytes[2][0],
-        bytes[3][0],
-        bytes[4][0],
-        bytes[5][0],
-        bytes[6][0],
-        bytes[7][0],
-        bytes[8][0],
-        bytes[9][0],
-        bytes[10][0],
-        bytes[11][0],
-        bytes[12][0],
-        bytes[13][0],
-        bytes[14][0],
-        bytes[15][0],
-    );
-    let hi = u8x16(
-        bytes[0][1],
-        bytes[1][1],
-        bytes[2][1],
-        bytes[3][1],
-        bytes[4][1],
-        bytes[5][1],
-        bytes[6][1],
-        bytes[7][1],
-        bytes[8][1],
-        bytes[9][1],
-        bytes[10][1],
-        bytes[11][1],
-        bytes[12][1],
-        bytes[13][1],
-        bytes[14][1],
-        bytes[15][1],
-    );
+    // The levels' low bytes in one i8x16 and high bytes in another (lanes are
+    // little-endian: level i's low byte is byte 2i of its i16x8).
+    let q = lv.q;
+    let l0 = i16x8(q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]);
+    let l1 = i16x8(q[8], q[9], q[10], q[11], q[12], q[13], q[14], q[15]);
+    let lo = i8x16_shuffle::<0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30>(l0, l1);
+    let hi = i8x16_shuffle::<1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31>(l0, l1);
     let mut acc = f32x4_splat(0.0);
     for (b, w) in words.chunks_exact(bits as usize).enumerate() {
         let (i0, i1) = indices(bits, w);

@@ -138,19 +138,8 @@ impl QMatrix {
         idx: &[u8],
         lut: &[u8],
     ) -> Result<QMatrix> {
-        let groups = rows.div_ceil(rows_per_lut.max(1));
+        palette::check_gguf((rows, cols), bits, rows_per_lut, idx, lut)?;
         let entries = 1usize << bits;
-        if !matches!(bits, 2 | 4)
-            || cols % 32 != 0
-            || idx.len() != rows * palette::row_words(bits, cols) * 4
-            || lut.len() != groups * entries * 2
-        {
-            return Err(Error::gguf(format!(
-                "palettized {rows}x{cols} at {bits} bits: {} index bytes and {} table bytes do not fit",
-                idx.len(),
-                lut.len()
-            )));
-        }
         let words = bytemuck::pod_collect_to_vec::<u8, u32>(idx);
         let luts: Vec<f32> = lut
             .chunks_exact(2)
