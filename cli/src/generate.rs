@@ -3,15 +3,15 @@
 
 use crate::{load_engine, model_tokenizer, parse_kv, read_adapter, DEFAULT_MODEL};
 use clap::Args;
-use pippin::engine::tools::{self, Prepared};
 use pippin::engine::{
-    self, Engine, GenerateOptions, ReferenceSession, SessionOptions, Speculation, ToolChoice,
-    ToolMode,
+    self, AdapterChoice, Engine, Event, FinishReason, GenerateOptions, Prompt, ReferenceSession,
+    SessionOptions, Speculation, ToolChoice, ToolMode, Usage,
 };
 use pippin::guided::ResponseFormat;
 use pippin::quant::kv::KvFormat;
 use pippin::sampler::SamplerOptions;
 use pippin::tokenizer::Message;
+use pippin::tokenizer::ToolCall;
 use pippin::{Error, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -160,9 +160,9 @@ fn messages(a: &GenerateArgs) -> Result<Option<Vec<Message>>> {
     Ok(Some(msgs))
 }
 
-pub fn generate(a: GenerateArgs) -> Result<()> {
-    let tk = model_tokenizer(&a.model, a.no_recovery, a.adapter.is_some())?;
-    let opts = GenerateOptions {
+/// The generation options the flags give.
+fn options(a: &GenerateArgs) -> Result<GenerateOptions> {
+    Ok(GenerateOptions {
         max_tokens: a.max_tokens,
         sampler: SamplerOptions {
             temperature: a.temperature,
@@ -174,7 +174,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
             ..Default::default()
         },
         stop: a.stop.clone(),
-        response_format: response_format(&a)?,
+        response_format: response_format(a)?,
         tools: match &a.tools {
             Some(p) => read_json(p)?,
             None => vec![],
@@ -186,72 +186,32 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
             Speculation::Auto
         },
         ..Default::default()
-    };
-    let Prepared {
-        ids: prompt,
-        opts,
-        calls,
-    } = match messages(&a)? {
-        Some(m) => tools::prepare(&tk, &m, &opts)?,
-        None => Prepared {
-            ids: tk.encode_prompt(a.prompt.as_deref().unwrap_or_default(), false)?,
-            opts,
-            calls: None,
-        },
+    })
+}
+
+/// How a reply ended: its finish, usage and tool calls.
+type Ended = (FinishReason, Usage, Vec<ToolCall>);
+
+pub fn generate(a: GenerateArgs) -> Result<()> {
+    crate::adapter_flags(a.no_recovery, a.adapter.is_some())?;
+    let opts = options(&a)?;
+    let prompt = match messages(&a)? {
+        Some(m) => Prompt::Chat(m),
+        None => Prompt::Text(a.prompt.clone().unwrap_or_default()),
     };
     let mut out = std::io::stdout().lock();
     // A closed pipe (e.g. `| head`) ends generation quietly.
-    let on_text = |piece: &str, _| {
+    let mut on_text = |piece: &str| {
         out.write_all(piece.as_bytes())
             .and_then(|_| out.flush())
             .is_ok()
     };
-    let so = SessionOptions {
-        max_context: a.max_context,
-        kv: a.kv,
-        ..Default::default()
-    };
-    let (finish, u, tool_calls, engine) = if a.reference {
-        let (_, mut model) = pippin::recover::load_recovered_reference(&a.model, !a.no_recovery)?;
-        if let Some(dir) = &a.adapter {
-            // The reference applies an adapter by merging it: W + s·B·A.
-            let ad = read_adapter(dir, &model.config)?;
-            pippin::adapters::merge_into(&mut model.weights, &ad);
-        }
-        let mut session = ReferenceSession::new(&model);
-        let r = engine::generate_calls(&mut session, &tk, &prompt, &opts, calls, on_text);
-        let (f, u, c) = pollster::block_on(r)?;
-        (f, u, c, "CPU reference".to_string())
-    } else if a.cpu {
-        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so.clone()))?;
-        e.set_recovery(!a.no_recovery)?;
-        if let Some(dir) = &a.adapter {
-            e.load_adapter_dir("adapter", dir)?;
-        }
-        if let Some(p) = &a.draft {
-            e.set_draft(pollster::block_on(Engine::load_file_cpu(p, so))?)?;
-        }
-        let (mut b, mut d) = e.backends()?;
-        let r = engine::generate_drafted(&mut b, d.as_mut(), &tk, &prompt, &opts, calls, on_text);
-        let (f, u, c) = pollster::block_on(r)?;
-        (f, u, c, "CPU backend".to_string())
+    let ((finish, u, tool_calls), engine) = if a.reference {
+        let r = reference(&a, &prompt, &opts, |t, _| on_text(t))?;
+        (r, "CPU reference".to_string())
     } else {
-        if a.draft.is_some() {
-            return Err(Error::invalid(
-                "--draft needs --cpu: the GPU backend does not check guesses in one pass yet",
-            ));
-        }
-        let mut e = load_engine(&a.model, a.adapter.as_deref(), so, a.max_binding_mib)?;
-        e.set_recovery(!a.no_recovery)?;
-        let name = format!(
-            "GPU {} ({})",
-            e.require_gpu()?.gpu.adapter.name,
-            e.require_gpu()?.gpu.adapter.backend
-        );
-        let mut b = e.backend()?;
-        let r = engine::generate_calls(&mut b, &tk, &prompt, &opts, calls, on_text);
-        let (f, u, c) = pollster::block_on(r)?;
-        (f, u, c, format!("{name}, KV {:?}", a.kv))
+        let (mut e, name) = load(&a)?;
+        (reply(&mut e, &prompt, &opts, on_text)?, name)
     };
     if !tool_calls.is_empty() {
         // OpenAI's shape: arguments as a JSON text.
@@ -279,4 +239,83 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         u.speculation.proposed,
     );
     Ok(())
+}
+
+/// The engine the flags ask for (the CPU backend or the GPU, with the recovery
+/// adapter, a task adapter and a draft model as asked), and its name for the summary.
+fn load(a: &GenerateArgs) -> Result<(Engine, String)> {
+    let so = SessionOptions {
+        max_context: a.max_context,
+        kv: a.kv,
+        ..Default::default()
+    };
+    if a.cpu {
+        let mut e = pollster::block_on(Engine::load_file_cpu(&a.model, so.clone()))?;
+        e.set_recovery(!a.no_recovery)?;
+        if let Some(dir) = &a.adapter {
+            e.load_adapter_dir("adapter", dir)?;
+        }
+        if let Some(p) = &a.draft {
+            e.set_draft(pollster::block_on(Engine::load_file_cpu(p, so))?)?;
+        }
+        return Ok((e, "CPU backend".to_string()));
+    }
+    if a.draft.is_some() {
+        return Err(Error::invalid(
+            "--draft needs --cpu: the GPU backend does not check guesses in one pass yet",
+        ));
+    }
+    let mut e = load_engine(&a.model, a.adapter.as_deref(), so, a.max_binding_mib)?;
+    e.set_recovery(!a.no_recovery)?;
+    let adapter = &e.require_gpu()?.gpu.adapter;
+    let name = format!("GPU {} ({}), KV {:?}", adapter.name, adapter.backend, a.kv);
+    Ok((e, name))
+}
+
+/// One reply of `e`, streamed to `on_text` as the browser's replies are (`start`,
+/// then `next` until done); `on_text` returning false aborts it.
+fn reply(
+    e: &mut Engine,
+    prompt: &Prompt,
+    opts: &GenerateOptions,
+    mut on_text: impl FnMut(&str) -> bool,
+) -> Result<Ended> {
+    let id = pollster::block_on(e.start(prompt, opts, &AdapterChoice::Active))?;
+    loop {
+        let event = match pollster::block_on(e.next(id))? {
+            Event::Text { text, .. } if on_text(&text) => continue,
+            Event::Text { .. } => e.abort(id),
+            done => Some(done),
+        };
+        if let Some(Event::Done {
+            finish,
+            usage,
+            calls,
+        }) = event
+        {
+            return Ok((finish, usage, calls));
+        }
+        return Err(Error::internal("a reply ended without its last event"));
+    }
+}
+
+/// One reply of the plain-Rust f32 reference (the tests' ground truth), with the
+/// recovery adapter and a task adapter merged into its weights.
+fn reference(
+    a: &GenerateArgs,
+    prompt: &Prompt,
+    opts: &GenerateOptions,
+    on_text: impl FnMut(&str, u32) -> bool,
+) -> Result<Ended> {
+    let (_, mut model) = pippin::recover::load_recovered_reference(&a.model, !a.no_recovery)?;
+    if let Some(dir) = &a.adapter {
+        // The reference applies an adapter by merging it: W + s·B·A.
+        let ad = read_adapter(dir, &model.config)?;
+        pippin::adapters::merge_into(&mut model.weights, &ad);
+    }
+    let tk = model_tokenizer(&a.model)?;
+    let p = prompt.prepare(&tk, opts)?;
+    let mut session = ReferenceSession::new(&model);
+    let r = engine::generate_calls(&mut session, &tk, &p.ids, &p.opts, p.calls, on_text);
+    pollster::block_on(r)
 }

@@ -205,12 +205,17 @@ fn main() {
 
 /// The tokenizer of the model at `path`, its options checked: `--no-recovery` with
 /// `--adapter` is refused (a task adapter runs on top of the recovery adapter).
-fn model_tokenizer(path: &std::path::Path, no_recovery: bool, adapter: bool) -> Result<Tokenizer> {
+/// A task adapter runs on top of a recovered model's recovery adapter: refused without it.
+fn adapter_flags(no_recovery: bool, adapter: bool) -> Result<()> {
     if no_recovery && adapter {
         return Err(Error::invalid(
             "--no-recovery with --adapter: on a recovered model a task adapter runs on top of the recovery adapter",
         ));
     }
+    Ok(())
+}
+
+fn model_tokenizer(path: &std::path::Path) -> Result<Tokenizer> {
     let (gguf, _) = Gguf::open(path)?;
     Tokenizer::from_gguf(&gguf.metadata)
 }

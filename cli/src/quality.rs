@@ -205,7 +205,8 @@ pub struct PerplexityArgs {
 }
 
 pub fn perplexity_cmd(a: PerplexityArgs) -> Result<()> {
-    let tk = crate::model_tokenizer(&a.model, a.no_recovery, a.adapter.is_some())?;
+    crate::adapter_flags(a.no_recovery, a.adapter.is_some())?;
+    let tk = crate::model_tokenizer(&a.model)?;
     let mut tokens = tk.encode_prompt(&read_text(&a.text)?, false)?;
     if a.max_tokens > 0 {
         tokens.truncate(a.max_tokens);
