@@ -3,45 +3,26 @@
 // progress, stream replies, abort and continue, and the error cases. SwiftShader is a
 // software adapter, so "auto" runs the shared model on the CPU backend; the WebGPU
 // backend is asked for by name where it is what a test checks.
-import { test as nodeTest, before, after } from "node:test";
+import { before, after } from "node:test";
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { execFileSync } from "node:child_process";
-import { chromium } from "playwright-core";
-import { serve } from "./serve.mjs";
+import { test, root, MODEL, FLAGS, start, open as openIn } from "./page.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
 import { checkPromptApiInBothEntries } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
 import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const MODEL = "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const SPLIT_FIRST = "/models/fixtures/split/SmolLM2-135M-Instruct-00001-of-00003.gguf";
-const FLAGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
-
-/** Each test has 5 minutes (the slowest takes ~1): one that hangs fails with its own
- * name. (`node --test --test-timeout` would bound each file as a whole.) */
-const test = (name, fn) => nodeTest(name, { timeout: 300_000 }, fn);
 
 let server, base, browser, page;
 const consoleErrors = [];
-
-async function open(args) {
-  const b = await chromium.launch({ executablePath: "/usr/bin/chromium", args });
-  const p = await b.newPage();
-  p.on("console", (m) => m.type() === "error" && consoleErrors.push(`${m.text()} [${m.location()?.url ?? ""}]`));
-  p.on("pageerror", (e) => consoleErrors.push(e.message));
-  await p.goto(`${base}/pkg-tests/app.html`);
-  await p.waitForFunction(() => window.ready);
-  return [b, p];
-}
+const open = (args) => openIn(base, args, consoleErrors);
 
 before(async () => {
-  server = await serve(root);
-  base = `http://127.0.0.1:${server.address().port}`;
+  ({ server, base } = await start());
   [browser, page] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
   // The model is loaded once and shared by the tests below.
   const progress = await page.evaluate(async (url) => {
@@ -76,46 +57,6 @@ test("streams the reference greedy continuation", async () => {
   assert.equal(last.finishReason, "length");
   assert.equal(last.usage.generatedTokens, 4);
   assert.ok(r.slice(0, -1).every((c) => typeof c.tokenId === "number" && c.text.length > 0));
-});
-
-test("the WebGPU backend (asked for; SwiftShader here) streams the reference continuation too", async () => {
-  const r = await page.evaluate(async (url) => {
-    const m = await Pippin.load(url, { cache: false, backend: "webgpu" });
-    try {
-      let text = "";
-      for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
-      return { text, info: m.info(), stats: m.stats(), shared: llm.info(), capped: await capped(url) };
-    } finally {
-      await m.dispose();
-    }
-    // As a GPU whose bindings hold 256 KiB runs it: every matrix in parts (the embedding,
-    // also the head, in 109), all parts of a matrix sharing one pipeline (~35 s here).
-    async function capped(url) {
-      const m = await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 512, gpuLimits: { maxStorageBufferBindingSize: 256 << 10 } });
-      try {
-        let text = "";
-        for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
-        return { text, info: m.info(), stats: m.stats() };
-      } finally {
-        await m.dispose();
-      }
-    }
-  }, MODEL);
-  assert.equal(r.text, " Paris.\n\n");
-  assert.equal(r.capped.text, r.text, "the same text with every matrix split across 256 KiB bindings");
-  assert.equal(r.capped.info.maxStorageBufferBindingSize, 256 << 10);
-  assert.ok(r.capped.stats.dispatchesPerToken > r.stats.dispatchesPerToken, "split matrices are more dispatches");
-  const load = r.stats.load;
-  assert.ok(load.compileMs > 0 && load.weightsMs > 0 && load.weightsMs + load.compileMs <= load.totalMs, JSON.stringify(load));
-  // The pipelines were created from the header, within the weights' phase.
-  assert.ok(load.headerCompileMs > 0 && load.headerCompileMs < load.weightsMs, JSON.stringify(load));
-  assert.equal(r.info.backend, "webgpu");
-  assert.match(r.info.backendReason, /asked for/);
-  assert.equal(typeof r.info.gpuAdapter, "string");
-  assert.ok(r.info.maxStorageBufferBindingSize > 0, "a WebGPU device's limits");
-  // "auto" on a software adapter: the CPU backend, and why.
-  assert.equal(r.shared.backend, "cpu");
-  assert.match(r.shared.backendReason, /software/);
 });
 
 test("a KV cache or RoPE table over the GPU's binding limit is refused (DeviceLimits) before the weights download", async () => {
@@ -168,29 +109,6 @@ test("memory: a small wasm heap while loading, GPU memory by kind, and load/disp
   assert.ok(b.memory - a.memory <= 8 * MiB, `wasm memory ${a.memory} then ${b.memory} bytes`);
 });
 
-test("memory: a 500 MB model loads within 64 MiB of wasm heap", async (t) => {
-  // In a browser of its own: SwiftShader's GPU process can stay busy long after half a
-  // gigabyte of buffers is freed (a later requestAdapter then waits), and that must
-  // not reach the shared page's tests.
-  const [b, p] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
-  try {
-    // Written by `pippin make-large` (scripts/test): a 410 MB f32 embedding, 2 layers.
-    const s = await p.evaluate(async () => {
-      const m = await Pippin.load("/target/large-synthetic.gguf", { cache: false, maxContext: 64, backend: "webgpu" });
-      const s = m.stats();
-      await m.dispose();
-      return s;
-    });
-    t.diagnostic(`large model: ${JSON.stringify(s)}`);
-    const MiB = 1 << 20;
-    assert.ok(s.gpuBytes.weights >= 400 * MiB, `${s.gpuBytes.weights} bytes of weights`);
-    // Nothing else is loaded in this page: the peak is all the load's.
-    assert.ok(s.wasmHeapPeakBytes <= 64 * MiB, `heap peak ${s.wasmHeapPeakBytes} bytes`);
-  } finally {
-    await b.close();
-  }
-});
-
 test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU reference does", async () => {
   // Written by tests/suite/palettized.rs, which the native suite runs first.
   const dir = path.join(root, "target/test-palettized");
@@ -206,38 +124,6 @@ test("a palettized model (pippin convert, mixed 2/4-bit) streams what the CPU re
     }
   }, { url: "/target/test-palettized/mixed.gguf", ...expected });
   assert.equal(text, expected.text);
-});
-
-test("a recovered model (pippin convert --recover: 4-bit palettes + recovery adapter in one file) streams the reference's text on both backends", async () => {
-  // Written by tests/suite/recover.rs, which the native suite runs first.
-  const dir = path.join(root, "target/test-recovered");
-  const expected = JSON.parse(fs.readFileSync(path.join(dir, "recovered.expected.json"), "utf8"));
-  for (const backend of ["webgpu", "cpu"]) {
-    const r = await page.evaluate(async ({ url, prompt, maxTokens, backend }) => {
-      const m = await Pippin.load(url, { cache: false, kvCache: "f32", backend });
-      try {
-        let out = "";
-        const lps = [];
-        for await (const c of m.generate(prompt, { maxTokens, logprobs: 1 })) {
-          if (!c.done) out += c.text;
-          for (const l of c.logprobs ?? []) lps.push(l.logprob);
-        }
-        const info = m.info();
-        return { out, lps, recovery: info.recovery, backend: info.backend };
-      } finally {
-        m.dispose();
-      }
-    }, { url: "/target/test-recovered/recovered.gguf", backend, ...expected });
-    assert.equal(r.backend, backend);
-    assert.equal(r.recovery?.rank, 16, JSON.stringify(r.recovery));
-    assert.equal(r.out, expected.text, backend);
-    // The adapter runs: each token's log-probability is the reference's with it,
-    // nearer than to the reference's without it.
-    assert.equal(r.lps.length, expected.logprobs.length, JSON.stringify(r.lps));
-    const off = (want) => r.lps.reduce((s, lp, i) => s + Math.abs(lp - want[i]), 0);
-    r.lps.forEach((lp, i) => assert.ok(Math.abs(lp - expected.logprobs[i]) < 0.1, `${backend} token ${i}: ${lp} vs ${expected.logprobs[i]}`));
-    assert.ok(off(expected.logprobs) < off(expected.logprobsWithout), `${backend}: ${r.lps}`);
-  }
 });
 
 test("a reply is also a ReadableStream", async () => {
@@ -1046,31 +932,6 @@ test("speculative decoding: a reply that copies its input is the same text with 
   assert.equal(r.openai, greedy.text);
 });
 
-test("speculative decoding on WebGPU: a copying reply is the same text with and without, in fewer forwards", async () => {
-  const r = await page.evaluate(async (url) => {
-    const passage = "The Debian Project is an association of individuals who have made common cause to create a free operating system.";
-    const chat = [{ role: "user", content: `Repeat this passage word for word:\n\n${passage}` }];
-    const m = await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 512 });
-    async function reply(speculation) {
-      let text = "", end;
-      for await (const c of m.chat(chat, { maxTokens: 16, speculation })) c.done ? (end = c) : (text += c.text);
-      return { text, usage: end.usage };
-    }
-    try {
-      return { on: await reply("on"), off: await reply("off"), backend: m.info().backend };
-    } finally {
-      await m.dispose();
-    }
-  }, MODEL);
-  assert.equal(r.backend, "webgpu");
-  assert.equal(r.on.text, r.off.text, "speculation changes no token");
-  assert.match(r.on.text, /Debian Project/);
-  const s = r.on.usage.speculation;
-  assert.equal(r.off.usage.speculation.proposed, 0);
-  assert.ok(s.accepted > 0 && s.accepted <= s.proposed, JSON.stringify(s));
-  assert.ok(s.forwards < r.off.usage.speculation.forwards, `${JSON.stringify(s)} vs ${JSON.stringify(r.off.usage.speculation)}`);
-});
-
 test("speculative decoding with a draft model: the same text in fewer forwards; another vocabulary is BadOptions", async () => {
   const r = await page.evaluate(async ({ url, draft, other }) => {
     const chat = [{ role: "user", content: "Write a short story about a lighthouse keeper." }];
@@ -1155,50 +1016,3 @@ test("a page that is not cross-origin isolated runs one thread and says why", as
   }
 });
 
-test("without WebGPU the package runs on the CPU backend; asking for WebGPU says what to do", async () => {
-  const [b, p] = await open(FLAGS);
-  try {
-    const r = await p.evaluate(async (url) => {
-      const err = (f) => f().then(() => "no error", why);
-      // Chromium on Linux without the flag: navigator.gpu is there, no adapter.
-      const noAdapter = await err(() => Pippin.load("/models/none.gguf", { backend: "webgpu" }));
-      const m = await Pippin.load(url, { cache: false });
-      let text = "";
-      for await (const c of m.generate("The capital of France is", { maxTokens: 4 })) if (!c.done) text += c.text;
-      const info = m.info();
-      await m.dispose();
-      // A GPU process that never answers (hung or busy): the load is not held up
-      // for longer than the package's bound.
-      const gpu = navigator.gpu;
-      gpu.requestAdapter = () => new Promise(() => {});
-      const t0 = performance.now();
-      const [hung, onCpu] = await Promise.all([
-        err(() => Pippin.load("/models/none.gguf", { backend: "webgpu" })),
-        Pippin.load(url, { cache: false }).then(async (h) => [h.info(), await h.dispose()][0]),
-      ]);
-      const hungMs = performance.now() - t0;
-      // A browser without WebGPU at all.
-      Object.defineProperty(navigator, "gpu", { value: undefined });
-      const noWebGPU = await err(() => Pippin.load("/models/none.gguf", { backend: "webgpu" }));
-      const cpu = await Pippin.load(url, { cache: false });
-      const cpuInfo = cpu.info();
-      await cpu.dispose();
-      const badBackend = await err(() => Pippin.load(url, { backend: "gpu" }));
-      return { noAdapter, noWebGPU, text, info, cpuInfo, badBackend, hung, onCpu, hungMs };
-    }, MODEL);
-    assert.match(r.noAdapter, /^NoAdapter: .*--enable-unsafe-webgpu/);
-    assert.match(r.noWebGPU, /^NoWebGPU: .*Chrome or Edge 113\+/);
-    assert.equal(r.text, " Paris.\n\n");
-    assert.equal(r.info.backend, "cpu");
-    assert.match(r.info.backendReason, /no adapter/);
-    assert.equal(r.cpuInfo.backend, "cpu");
-    assert.match(r.cpuInfo.backendReason, /not available/);
-    assert.match(r.badBackend, /^BadOptions: backend must be/);
-    assert.match(r.hung, /^NoAdapter: WebGPU gave no GPU adapter within 15 s/);
-    assert.equal(r.onCpu.backend, "cpu");
-    assert.match(r.onCpu.backendReason, /no adapter/);
-    assert.ok(r.hungMs < 60_000, `${r.hungMs} ms`);
-  } finally {
-    await b.close();
-  }
-});
