@@ -3,13 +3,13 @@
 // progress, stream replies, abort and continue, and the error cases. SwiftShader is a
 // software adapter, so "auto" runs the shared model on the CPU backend; the WebGPU
 // backend is asked for by name where it is what a test checks.
-import { before, after } from "node:test";
+import { before } from "node:test";
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
-import { test, root, MODEL, FLAGS, start, open as openIn } from "./page.mjs";
+import { test, root, MODEL, FLAGS, pages } from "./page.mjs";
 import { SYSTEM, sessionRun, sessionsOnPage, checkSessions, checkPrefixCache, restoreOnPage, checkRestore } from "./sessions.mjs";
 import { checkPromptApiInBothEntries } from "./prompt-api.mjs";
 import { logprobsReference, logprobsOnPage, checkLogprobs } from "./logprobs.mjs";
@@ -17,13 +17,13 @@ import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
 const SPLIT_FIRST = "/models/fixtures/split/SmolLM2-135M-Instruct-00001-of-00003.gguf";
 
-let server, base, browser, page;
-const consoleErrors = [];
-const open = (args) => openIn(base, args, consoleErrors);
+const pg = pages();
+let base, page, browser;
+const consoleErrors = pg.errors;
+const open = (args) => pg.open(args);
 
 before(async () => {
-  ({ server, base } = await start());
-  [browser, page] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
+  ({ base, page, browser } = pg);
   // The model is loaded once and shared by the tests below.
   const progress = await page.evaluate(async (url) => {
     const seen = [];
@@ -37,11 +37,6 @@ before(async () => {
   assert.ok(uploads.length > 10, "upload progress is reported as bytes arrive");
   assert.ok(uploads.every((p, i) => i === 0 || p.loaded >= uploads[i - 1].loaded));
   assert.equal(uploads.at(-1).total, 98362432);
-});
-
-after(async () => {
-  await browser?.close();
-  server?.close();
 });
 
 test("streams the reference greedy continuation", async () => {

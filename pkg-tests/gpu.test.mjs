@@ -2,25 +2,16 @@
 // with WebGPU (SwiftShader), and the package without WebGPU: each test loads its own
 // models (no model shared between tests). Apart from app.test.mjs because SwiftShader
 // and a page's wasm each keep one core busy: node runs the two files side by side.
-import { before, after } from "node:test";
+import { before } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { test, root, MODEL, FLAGS, start, open as openIn } from "./page.mjs";
+import { test, root, MODEL, FLAGS, pages } from "./page.mjs";
 
-let server, base, browser, page;
-const consoleErrors = [];
-const open = (args) => openIn(base, args, consoleErrors);
-
-before(async () => {
-  ({ server, base } = await start());
-  [browser, page] = await open(["--enable-unsafe-webgpu", ...FLAGS]);
-});
-
-after(async () => {
-  await browser?.close();
-  server?.close();
-});
+const pg = pages();
+let page;
+const open = (args) => pg.open(args);
+before(() => ({ page } = pg));
 
 test("the WebGPU backend (asked for; SwiftShader here) streams the reference continuation too", async () => {
   const r = await page.evaluate(async (url) => {
@@ -196,5 +187,5 @@ test("without WebGPU the package runs on the CPU backend; asking for WebGPU says
 
 test("the pages logged no errors", () => {
   // The one expected: the file that does not exist, where a load gets as far as fetching it.
-  assert.deepEqual(consoleErrors.filter((e) => !(/404/.test(e) && /none\.gguf/.test(e))), []);
+  assert.deepEqual(pg.errors.filter((e) => !(/404/.test(e) && /none\.gguf/.test(e))), []);
 });

@@ -1,7 +1,7 @@
 // What the page test files share: the test wrapper with its bound, the default model,
 // Chromium's flags, and a browser on pkg-tests/app.html served from the repository
 // (each file its own server and browser: node runs two files side by side).
-import { test as nodeTest } from "node:test";
+import { test as nodeTest, before, after } from "node:test";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -30,4 +30,21 @@ export async function open(base, args, errors) {
   await p.goto(`${base}/pkg-tests/app.html`);
   await p.waitForFunction(() => window.ready);
   return [b, p];
+}
+
+/** A test file's pages: the repository served and a browser on app.html (WebGPU on)
+ * from before its tests to after them; `open(args)` opens another browser, whose
+ * console errors also land in `errors`. */
+export function pages() {
+  const s = { errors: [] };
+  s.open = (args) => open(s.base, args, s.errors);
+  before(async () => {
+    ({ server: s.server, base: s.base } = await start());
+    [s.browser, s.page] = await s.open(["--enable-unsafe-webgpu", ...FLAGS]);
+  });
+  after(async () => {
+    await s.browser?.close();
+    s.server?.close();
+  });
+  return s;
 }
