@@ -3,7 +3,6 @@
 // progress, stream replies, abort and continue, and the error cases. SwiftShader is a
 // software adapter, so "auto" runs the shared model on the CPU backend; the WebGPU
 // backend is asked for by name where it is what a test checks.
-import { before } from "node:test";
 import assert from "node:assert/strict";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -17,13 +16,9 @@ import { floodedOnPage, checkFlooded } from "./threads.mjs";
 
 const SPLIT_FIRST = "/models/fixtures/split/SmolLM2-135M-Instruct-00001-of-00003.gguf";
 
-const pg = pages();
 let base, page, browser;
-const consoleErrors = pg.errors;
-const open = (args) => pg.open(args);
-
-before(async () => {
-  ({ base, page, browser } = pg);
+const pg = pages(async (s) => {
+  ({ base, page, browser } = s);
   // The model is loaded once and shared by the tests below.
   const progress = await page.evaluate(async (url) => {
     const seen = [];
@@ -38,6 +33,8 @@ before(async () => {
   assert.ok(uploads.every((p, i) => i === 0 || p.loaded >= uploads[i - 1].loaded));
   assert.equal(uploads.at(-1).total, 98362432);
 });
+const consoleErrors = pg.errors;
+const open = (args) => pg.open(args);
 
 test("streams the reference greedy continuation", async () => {
   const r = await page.evaluate(async () => {

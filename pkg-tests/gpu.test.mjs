@@ -2,16 +2,14 @@
 // with WebGPU (SwiftShader), and the package without WebGPU: each test loads its own
 // models (no model shared between tests). Apart from app.test.mjs because SwiftShader
 // and a page's wasm each keep one core busy: node runs the two files side by side.
-import { before } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { test, root, MODEL, FLAGS, pages } from "./page.mjs";
 
-const pg = pages();
 let page;
+const pg = pages(async (s) => ({ page } = s));
 const open = (args) => pg.open(args);
-before(() => ({ page } = pg));
 
 test("the WebGPU backend (asked for; SwiftShader here) streams the reference continuation too", async () => {
   const r = await page.evaluate(async (url) => {

@@ -33,14 +33,16 @@ export async function open(base, args, errors) {
 }
 
 /** A test file's pages: the repository served and a browser on app.html (WebGPU on)
- * from before its tests to after them; `open(args)` opens another browser, whose
- * console errors also land in `errors`. */
-export function pages() {
+ * from before its tests to after them, then `setup(s)` (in the same hook: node may
+ * run a file's hooks in any order); `open(args)` opens another browser, whose console
+ * errors also land in `errors`. */
+export function pages(setup = async () => {}) {
   const s = { errors: [] };
   s.open = (args) => open(s.base, args, s.errors);
   before(async () => {
     ({ server: s.server, base: s.base } = await start());
     [s.browser, s.page] = await s.open(["--enable-unsafe-webgpu", ...FLAGS]);
+    await setup(s);
   });
   after(async () => {
     await s.browser?.close();
