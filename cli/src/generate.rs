@@ -281,21 +281,20 @@ fn reply(
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<Ended> {
     let id = pollster::block_on(e.start(prompt, opts, &AdapterChoice::Active))?;
-    loop {
-        let event = match pollster::block_on(e.next(id))? {
-            Event::Text { text, .. } if on_text(&text) => continue,
-            Event::Text { .. } => e.abort(id),
-            done => Some(done),
-        };
-        if let Some(Event::Done {
+    let last = loop {
+        match pollster::block_on(e.next(id))? {
+            Event::Text { text, .. } if on_text(&text) => {}
+            Event::Text { .. } => break e.abort(id),
+            done => break Some(done),
+        }
+    };
+    match last {
+        Some(Event::Done {
             finish,
             usage,
             calls,
-        }) = event
-        {
-            return Ok((finish, usage, calls));
-        }
-        return Err(Error::internal("a reply ended without its last event"));
+        }) => Ok((finish, usage, calls)),
+        _ => Err(Error::internal("a reply ended without its last event")),
     }
 }
 
