@@ -8,6 +8,7 @@
 //! kernel uses each binding, read from its `@binding` declarations (includes expanded).
 //! So a kernel's bindings are stated once, in its WGSL.
 
+use pippin_cpu_kernels::blocks32::Format;
 use std::fmt::Write as _;
 use std::{env, fs, path::Path};
 
@@ -97,15 +98,28 @@ fn expand(name: &str, seen: &mut Vec<String>) -> String {
 
 /// The contracts between the Rust code and the kernels, as WGSL written from the Rust
 /// that defines them (`formats.wgsl`, included where they are used), so nothing is
-/// kept equal by hand: the format ids the kernels switch on (`GPU_<variant>` from
-/// `GpuFormat`, `KV_<variant>` from `KvFormat`), the activation ids (`ACT_<variant>`
-/// from `Activation`), each format's words of packed values per block (`qs_words_of`,
-/// from `GpuFormat::qs_words_per_block`), and the step's uniform (`struct Step`, from
-/// `kernels::Step`).
+/// kept equal by hand: the weight format ids the kernels switch on (`GPU_<NAME>`: the
+/// GPU's own from `GpuFormat::id`, GGML's block formats from
+/// `pippin_cpu_kernels::blocks32::Format::ALL`, a build dependency), the KV formats
+/// (`KV_<variant>` from `KvFormat`), the activation ids (`ACT_<variant>` from
+/// `Activation`), each weight format's words of packed values per block
+/// (`qs_words_of`, from `GpuFormat::qs_words_per_block` and `Format::gpu_words`), and
+/// the step's uniform (`struct Step`, from `kernels::Step`).
 fn formats() -> String {
     let mut s = String::new();
+    let mut words = Vec::new();
+    let own = |f| own_arms(&format!("pub fn {f}(self) -> "));
+    for ((name, id), (_, n)) in own("id").into_iter().zip(own("qs_words_per_block")) {
+        words.push((format!("GPU_{}", upper_snake(&name)), id, n));
+    }
+    for f in Format::ALL {
+        let name = f.name().to_uppercase();
+        words.push((format!("GPU_{name}"), f.ggml_id(), f.gpu_words() as u32));
+    }
+    for (name, id, _) in &words {
+        writeln!(s, "const {name}: u32 = {id}u;").unwrap();
+    }
     for (file, name, prefix) in [
-        ("src/quant/gpu_layout.rs", "GpuFormat", "GPU_"),
         ("src/quant/kv.rs", "KvFormat", "KV_"),
         ("src/model/config.rs", "Activation", "ACT_"),
     ] {
@@ -113,9 +127,30 @@ fn formats() -> String {
             writeln!(s, "const {prefix}{}: u32 = {id}u;", upper_snake(&variant)).unwrap();
         }
     }
-    s.push_str(&qs_words());
+    s.push_str("fn qs_words_of(format: u32) -> u32 {\n    switch format {\n");
+    for (name, _, n) in &words {
+        writeln!(s, "        case {name}: {{ return {n}u; }}").unwrap();
+    }
+    s.push_str("        default: { return 0u; }\n    }\n}\n");
     s.push_str(&step_struct());
     s
+}
+
+/// The `Variant => n,` arms of `GpuFormat`'s method `head` (the GPU's own formats; the
+/// `Blocks(f)` arm is `Format`'s, read from the crate itself).
+fn own_arms(head: &str) -> Vec<(String, u32)> {
+    let body = item_body("src/quant/gpu_layout.rs", head, "\n    }");
+    code_lines(&body)
+        .filter(|l| l.contains("=>") && !l.starts_with("Blocks("))
+        .map(|line| {
+            let (variant, n) = line.trim_end_matches(',').split_once("=>").unwrap();
+            let n = n
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("GpuFormat: {line}"));
+            (variant.trim().to_string(), n)
+        })
+        .collect()
 }
 
 /// The body of the item of `file` that starts with `head`, to its closing line.
@@ -165,31 +200,6 @@ fn upper_snake(variant: &str) -> String {
         prev = Some(c);
     }
     out
-}
-
-/// WGSL's `qs_words_of(format)`, from the arms of `GpuFormat::qs_words_per_block`
-/// (`A | B => n,`).
-fn qs_words() -> String {
-    let body = item_body(
-        "src/quant/gpu_layout.rs",
-        "pub fn qs_words_per_block(self) -> usize {",
-        "\n    }",
-    );
-    let mut s = String::from("fn qs_words_of(format: u32) -> u32 {\n    switch format {\n");
-    for line in code_lines(&body).filter(|l| l.contains("=>")) {
-        let (variants, n) = line.trim_end_matches(',').split_once("=>").unwrap();
-        let ids: Vec<String> = variants
-            .split('|')
-            .map(|v| format!("GPU_{}", upper_snake(v.trim())))
-            .collect();
-        let n: u32 = n
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("qs_words: {line}"));
-        writeln!(s, "        case {}: {{ return {n}u; }}", ids.join(", ")).unwrap();
-    }
-    s.push_str("        default: { return 0u; }\n    }\n}\n");
-    s
 }
 
 /// WGSL's `struct Step` from the fields of `kernels::Step` (u32 and f32 only: a

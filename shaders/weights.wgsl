@@ -1,8 +1,10 @@
 // Included by the matmul and embedding kernels: weight rows as packed by
 // src/quant/gpu_layout.rs, dequantized eight values at a time in registers.
-// FORMAT is one of the GPU_* ids of `GpuFormat` (src/quant/gpu_layout.rs), which
-// build.rs writes as WGSL constants: "formats.wgsl" is generated, not a file here
-// (with `qs_words_of`, the words of packed values per block of a format).
+// FORMAT is one of the GPU_* ids of `GpuFormat::id` (src/quant/gpu_layout.rs): the
+// GPU's own formats and GGML's block formats (GPU_<GGML name>, from the formats'
+// types in cpu-kernels/src/blocks32.rs), which build.rs writes as WGSL constants:
+// "formats.wgsl" is generated, not a file here (with `qs_words_of`, the words of
+// packed values per block of a format).
 // Rows are walked in blocks of 32 values; a K-quant super-block is 8 such blocks
 // sharing 5 words of scales (d|dmin, then 16 sub-scale bytes).
 
@@ -102,7 +104,7 @@ var<private> lut: array<f32, 16>;
 var<private> lut_group: u32 = 0xffffffffu;
 
 fn load_lut(row: u32) {
-    if FORMAT == GPU_IQ4NL {
+    if FORMAT == GPU_IQ4_NL {
         if lut_group != 0u {
             lut_group = 0u;
             lut = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
@@ -159,20 +161,20 @@ fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
     // Q2_K, Q3_K and Q6_K scale 16 values at a time: sub-scale 2j + part / 2.
     let s16 = 2u * j + part / 2u;
     switch FORMAT {
-        case GPU_Q2K: {
+        case GPU_Q2_K: {
             let sc = k_byte(sb, s16);
             let dl = dm.x * f32(sc & 15u);
             let ml = dm.y * f32(sc >> 4u);
             let q = crumbs8(base, part);
             return W8(q.a * dl - ml, q.b * dl - ml);
         }
-        case GPU_Q3K: {
+        case GPU_Q3_K: {
             let dl = dm.x * k_sbyte(sb, s16);
             let q = crumbs8(base, part);
             let h = bits8(w_qs[base + 2u], part * 8u);
             return W8((q.a + 4.0 * h.a - 4.0) * dl, (q.b + 4.0 * h.b - 4.0) * dl);
         }
-        case GPU_Q6K: {
+        case GPU_Q6_K: {
             let dl = dm.x * k_sbyte(sb, s16);
             let q = nibbles8(base, part);
             let h = crumbs8(base + 4u, part);
@@ -183,7 +185,7 @@ fn k_quant8(blk: u32, base: u32, part: u32) -> W8 {
             let d1 = dm.x * f32(k_byte(sb, j));
             let m1 = dm.y * f32(k_byte(sb, 8u + j));
             var q = nibbles8(base, part);
-            if FORMAT == GPU_Q5K {
+            if FORMAT == GPU_Q5_K {
                 let h = bits8(w_qs[base + 4u], part * 8u);
                 q = W8(q.a + 16.0 * h.a, q.b + 16.0 * h.b);
             }
@@ -236,14 +238,14 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
             let dm = halves(w_scales[blk]);
             return W8(a * dm.x + dm.y, b * dm.x + dm.y);
         }
-        case GPU_IQ4NL: {
+        case GPU_IQ4_NL: {
             load_lut(row);
             let o = base + (part % 2u) * 2u;
             let shift = select(0u, 4u, part >= 2u);
             let d = half_scale(blk);
             return W8(pick(nibbles_u(w_qs[o], shift)) * d, pick(nibbles_u(w_qs[o + 1u], shift)) * d);
         }
-        case GPU_Q2K, GPU_Q3K, GPU_Q4K, GPU_Q5K, GPU_Q6K: {
+        case GPU_Q2_K, GPU_Q3_K, GPU_Q4_K, GPU_Q5_K, GPU_Q6_K: {
             return k_quant8(blk, base, part);
         }
         default: {

@@ -3,33 +3,12 @@
 //! place that asks where it runs, so the engine never does; `#[inline]` so that
 //! natively these vanish into the caller's loop, as the engine's own loops had.
 
-use crate::kquants::KQuant;
-use crate::{dots, kquants, Acts, Lanes};
-
-/// A weight format with an integer dot product (16-bit activations): GGML's blocks
-/// of 32 and the K-quants' super-blocks of 256.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Iq4Nl,
-    K(KQuant),
-}
+pub use crate::blocks32::Format;
+use crate::{Acts, Lanes};
 
 /// `row · x` in plain loops, on every target: the reference of the SIMD versions.
 pub fn plain_dot(f: Format, row: &[u8], x: Acts) -> f32 {
-    match f {
-        Format::Q4_0 => dots::q4_0(row, x),
-        Format::Q4_1 => dots::q4_1(row, x),
-        Format::Q5_0 => dots::q5_0(row, x),
-        Format::Q5_1 => dots::q5_1(row, x),
-        Format::Q8_0 => dots::q8_0(row, x),
-        Format::Iq4Nl => dots::iq4_nl(row, x),
-        Format::K(k) => kquants::dot(k, row, x),
-    }
+    f.plain_dot(row, x)
 }
 
 /// `row · x` for one token's activations.
@@ -37,10 +16,9 @@ pub fn plain_dot(f: Format, row: &[u8], x: Acts) -> f32 {
 pub fn dot(f: Format, row: &[u8], x: Acts) -> f32 {
     // With SIMD128 every format has a SIMD kernel: the plain loops are not linked in.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return match (f, simd::block(f)) {
-        (_, Some(b)) => crate::simd::blocks::dot(b, row, x),
-        (Format::K(k), None) => crate::simd::kquants::dot(k, row, x),
-        _ => unreachable!("every format but the K-quants is a SIMD block"),
+    return match f {
+        Format::K(k) => crate::simd::kquants::dot(k, row, x),
+        _ => crate::simd::blocks::dot(f, row, x),
     };
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     plain_dot(f, row, x)
@@ -54,12 +32,13 @@ pub fn dot(f: Format, row: &[u8], x: Acts) -> f32 {
 #[inline]
 pub fn dots(f: Format, row: &[u8], x: Acts, lanes: Lanes, cols: usize, out: &mut [f32]) {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let (true, false, Some(b)) = (out.len() > 1, lanes.d.is_empty(), simd::block(f)) {
-        return crate::simd::blocks::dots(b, row, x, lanes, cols, out);
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    if let (true, Format::K(k)) = (out.len() > 1, f) {
-        return crate::simd::kquants::dots(k, row, x, cols, out);
+    match f {
+        Format::K(k) if out.len() > 1 => return crate::simd::kquants::dots(k, row, x, cols, out),
+        Format::K(_) => {}
+        _ if out.len() > 1 && !lanes.d.is_empty() => {
+            return crate::simd::blocks::dots(f, row, x, lanes, cols, out)
+        }
+        _ => {}
     }
     let _ = lanes;
     for (t, o) in out.iter_mut().enumerate() {
@@ -92,23 +71,3 @@ pub use crate::{
     floats::{axpy as axpy_f32, axpy8, dot as dot_f32, dot8},
     palette::dot as palette,
 };
-
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd {
-    use super::Format;
-    use crate::simd::blocks::Block;
-
-    /// The blocks of 32 as the SIMD kernels name them (all but the K-quants).
-    #[inline]
-    pub fn block(f: Format) -> Option<Block> {
-        Some(match f {
-            Format::Q4_0 => Block::Q4_0,
-            Format::Q4_1 => Block::Q4_1,
-            Format::Q5_0 => Block::Q5_0,
-            Format::Q5_1 => Block::Q5_1,
-            Format::Q8_0 => Block::Q8_0,
-            Format::Iq4Nl => Block::Iq4Nl(&crate::ggml::IQ4_NL_LEVELS),
-            Format::K(_) => return None,
-        })
-    }
-}

@@ -1,7 +1,8 @@
-//! GGML's block formats decoded to f32, block by block, exactly as ggml's reference
-//! `dequantize_row_*` functions compute them (same operations in the same order, f32
-//! throughout): bit-identical to ggml's, the ground truth for every kernel. The engine's
-//! `quant::dequant` checks sizes and walks a tensor's blocks through these.
+//! GGML's K-quant super-blocks decoded to f32, block by block, exactly as ggml's
+//! reference `dequantize_row_*` functions compute them (same operations in the same
+//! order, f32 throughout): bit-identical to ggml's, the ground truth for every kernel
+//! (the blocks of 32 decode in `blocks32`, each with its type). The engine's
+//! `quant::dequant` checks sizes and walks a tensor's blocks through `Format::decode`.
 
 use half::f16;
 
@@ -15,69 +16,6 @@ pub const IQ4_NL_LEVELS: [i8; 16] = [
 #[inline]
 pub fn le_f16(b: &[u8]) -> f32 {
     f16::from_le_bytes([b[0], b[1]]).to_f32()
-}
-
-/// One `Q8_0` block `b` into `o`.
-pub fn q8_0(b: &[u8], o: &mut [f32]) {
-    let d = le_f16(&b[0..2]);
-    for (x, &q) in o.iter_mut().zip(&b[2..34]) {
-        *x = (q as i8) as f32 * d;
-    }
-}
-
-/// Low nibbles are elements 0..16, high nibbles 16..32 (all 32-blocks of 4 bits).
-/// One `Q4_0` block `b` into `o`.
-pub fn q4_0(b: &[u8], o: &mut [f32]) {
-    let d = le_f16(&b[0..2]);
-    for (j, &q) in b[2..18].iter().enumerate() {
-        o[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
-        o[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
-    }
-}
-
-/// One `Q4_1` block `b` into `o`.
-pub fn q4_1(b: &[u8], o: &mut [f32]) {
-    let (d, m) = (le_f16(&b[0..2]), le_f16(&b[2..4]));
-    for (j, &q) in b[4..20].iter().enumerate() {
-        o[j] = (q & 0x0f) as f32 * d + m;
-        o[j + 16] = (q >> 4) as f32 * d + m;
-    }
-}
-
-/// 5-bit values: the nibbles of Q4, plus bit e of the 32-bit `qh` for element e.
-fn five_bits(qh: &[u8], qs: &[u8]) -> [i32; 32] {
-    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    let mut v = [0i32; 32];
-    for (j, &q) in qs.iter().enumerate() {
-        v[j] = ((q & 0x0f) as u32 | ((qh >> j) << 4 & 0x10)) as i32;
-        v[j + 16] = ((q >> 4) as u32 | ((qh >> (j + 12)) & 0x10)) as i32;
-    }
-    v
-}
-
-/// One `Q5_0` block `b` into `o`.
-pub fn q5_0(b: &[u8], o: &mut [f32]) {
-    let d = le_f16(&b[0..2]);
-    for (x, q) in o.iter_mut().zip(five_bits(&b[2..6], &b[6..22])) {
-        *x = (q - 16) as f32 * d;
-    }
-}
-
-/// One `Q5_1` block `b` into `o`.
-pub fn q5_1(b: &[u8], o: &mut [f32]) {
-    let (d, m) = (le_f16(&b[0..2]), le_f16(&b[2..4]));
-    for (x, q) in o.iter_mut().zip(five_bits(&b[4..8], &b[8..24])) {
-        *x = q as f32 * d + m;
-    }
-}
-
-/// One `IQ4_NL` block `b` into `o`.
-pub fn iq4_nl(b: &[u8], o: &mut [f32]) {
-    let d = le_f16(&b[0..2]);
-    for (j, &q) in b[2..18].iter().enumerate() {
-        o[j] = d * IQ4_NL_LEVELS[(q & 0x0f) as usize] as f32;
-        o[j + 16] = d * IQ4_NL_LEVELS[(q >> 4) as usize] as f32;
-    }
 }
 
 /// Q2_K: scales[16] (4-bit scale | 4-bit min << 4 per 16 values), qs[64], d, dmin.

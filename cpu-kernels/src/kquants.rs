@@ -24,6 +24,61 @@ pub enum KQuant {
 }
 
 impl KQuant {
+    /// GGML's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            KQuant::Q2K => "Q2_K",
+            KQuant::Q3K => "Q3_K",
+            KQuant::Q4K => "Q4_K",
+            KQuant::Q5K => "Q5_K",
+            KQuant::Q6K => "Q6_K",
+        }
+    }
+
+    /// GGML's type id.
+    pub fn ggml_id(self) -> u32 {
+        match self {
+            KQuant::Q2K => 10,
+            KQuant::Q3K => 11,
+            KQuant::Q4K => 12,
+            KQuant::Q5K => 13,
+            KQuant::Q6K => 14,
+        }
+    }
+
+    /// Byte offsets of a super-block's f16 fields (d, dmin).
+    pub fn halves(self) -> &'static [usize] {
+        match self {
+            KQuant::Q2K => &[80, 82],
+            KQuant::Q3K => &[108],
+            KQuant::Q4K | KQuant::Q5K => &[0, 2],
+            KQuant::Q6K => &[208],
+        }
+    }
+
+    /// Words of the GPU's packed values per block of 32 (`quant::gpu_layout`).
+    pub fn gpu_words(self) -> usize {
+        match self {
+            KQuant::Q2K => 2,
+            KQuant::Q3K => 3,
+            KQuant::Q4K => 4,
+            KQuant::Q5K => 5,
+            KQuant::Q6K => 6,
+        }
+    }
+
+    /// Super-block `b` decoded into `o` (256 values), as ggml does.
+    pub fn decode(self, b: &[u8], o: &mut [f32]) {
+        use crate::ggml;
+        match self {
+            KQuant::Q2K => ggml::q2_k(b, o),
+            KQuant::Q3K => ggml::q3_k(b, o),
+            KQuant::Q4K => ggml::q4_k(b, o),
+            KQuant::Q5K => ggml::q5_k(b, o),
+            KQuant::Q6K => ggml::q6_k(b, o),
+        }
+    }
+
     /// Bytes per super-block of 256 weights.
     pub fn bytes(self) -> usize {
         match self {

@@ -4,9 +4,11 @@
 //! instead of ~26 tokens/s; K-quant rows decoded ~10% slower); Cargo's `wasm` profile
 //! compiles this crate alone for speed.
 //!
-//! - `ggml`: GGML's block formats decoded to f32, exactly as ggml does (all targets).
-//! - `dots`: integer dot products of 4-, 5- and 8-bit rows with 16-bit activations in
-//!   plain loops (all targets; the reference of `simd::blocks`).
+//! - `blocks32`: GGML's block formats of 32 weights, one type each (`Block32`: GGML's
+//!   id, layout, ggml's decode, the integer dot product with 16-bit activations in
+//!   plain loops and SIMD128, the GPU's word layout), and `Format`, every weight
+//!   format with an integer dot product by name, written from their list.
+//! - `ggml`: GGML's K-quant super-blocks decoded to f32, exactly as ggml does.
 //! - `kquants`: integer dot products of K-quant super-blocks (Q2_K…Q6_K) with 16-bit
 //!   activations in plain loops (all targets; the reference of `simd::kquants`).
 //! - `palette`: integer dot products of palettized rows (2- and 4-bit indices into a
@@ -19,7 +21,7 @@
 //! - `fastest`: the one the engine calls — SIMD where compiled in, plain loops
 //!   elsewhere; the only code here (and in the engine's CPU backend) that asks.
 
-pub mod dots;
+pub mod blocks32;
 pub mod fastest;
 pub mod floats;
 pub mod ggml;

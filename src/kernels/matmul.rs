@@ -548,7 +548,7 @@ pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer)
 /// The override constants every matmul over `m` takes: its format and width.
 fn matrix_constants(m: &GpuMatrix) -> [(&'static str, f64); 3] {
     [
-        ("FORMAT", m.format as u32 as f64),
+        ("FORMAT", m.format.id() as f64),
         ("LUT_ROWS", m.lut_rows.max(1) as f64),
         ("K", m.cols as f64),
     ]
@@ -620,7 +620,7 @@ pub fn embed(
         let pipe = k.pipe(
             Shader::Embed,
             &[
-                ("FORMAT", table.format as u32 as f64),
+                ("FORMAT", table.format.id() as f64),
                 ("LUT_ROWS", table.lut_rows.max(1) as f64),
                 ("HIDDEN", table.cols as f64),
                 ("SCALE", scale as f64),

@@ -1,5 +1,5 @@
-//! CPU dequantization of GGML tensors: sizes checked, then each block decoded by
-//! `pippin_cpu_kernels::ggml`, exactly as ggml's reference `dequantize_row_*`
+//! CPU dequantization of GGML tensors: sizes checked, then each block decoded by its
+//! format (`pippin_cpu_kernels::blocks32::Format`), exactly as ggml's reference `dequantize_row_*`
 //! functions compute it (bit-identical to ggml's: the ground truth for the kernels).
 //! The block decoders live in that crate to be compiled for speed in the
 //! size-optimized browser build, where the CPU backend decodes K-quant rows with them.
@@ -7,7 +7,7 @@
 use super::GgmlType;
 use crate::error::{Error, Result};
 use half::bf16;
-use pippin_cpu_kernels::ggml::*;
+use pippin_cpu_kernels::ggml::le_f16;
 
 // Where the rest of the engine looks for them.
 pub use pippin_cpu_kernels::ggml::{k4_scale_min, q3_k_scales, IQ4_NL_LEVELS};
@@ -33,26 +33,16 @@ pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()>
     let blocks = out
         .chunks_exact_mut(per as usize)
         .zip(data.chunks_exact(bytes as usize));
-    match ty {
-        GgmlType::F32 => {
+    match (ty, ty.format()) {
+        (_, Some(f)) => blocks.for_each(|(o, b)| f.decode(b, o)),
+        (GgmlType::F32, _) => {
             blocks.for_each(|(o, b)| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         }
-        GgmlType::F16 => blocks.for_each(|(o, b)| o[0] = le_f16(b)),
-        GgmlType::BF16 => {
+        (GgmlType::F16, _) => blocks.for_each(|(o, b)| o[0] = le_f16(b)),
+        (GgmlType::BF16, _) => {
             blocks.for_each(|(o, b)| o[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32())
         }
-        GgmlType::Q8_0 => blocks.for_each(|(o, b)| q8_0(b, o)),
-        GgmlType::Q4_0 => blocks.for_each(|(o, b)| q4_0(b, o)),
-        GgmlType::Q4_1 => blocks.for_each(|(o, b)| q4_1(b, o)),
-        GgmlType::Q5_0 => blocks.for_each(|(o, b)| q5_0(b, o)),
-        GgmlType::Q5_1 => blocks.for_each(|(o, b)| q5_1(b, o)),
-        GgmlType::Iq4Nl => blocks.for_each(|(o, b)| iq4_nl(b, o)),
-        GgmlType::Q2K => blocks.for_each(|(o, b)| q2_k(b, o)),
-        GgmlType::Q3K => blocks.for_each(|(o, b)| q3_k(b, o)),
-        GgmlType::Q4K => blocks.for_each(|(o, b)| q4_k(b, o)),
-        GgmlType::Q5K => blocks.for_each(|(o, b)| q5_k(b, o)),
-        GgmlType::Q6K => blocks.for_each(|(o, b)| q6_k(b, o)),
-        other => {
+        (other, None) => {
             return Err(Error::unsupported(format!(
                 "tensor type {other} cannot be decoded (supported: {})",
                 super::GgmlType::decodable()

@@ -67,22 +67,20 @@ pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
     let mut out: Vec<u8> = (0..n / per as usize * bytes as usize)
         .map(|_| rng.next_u64() as u8)
         .collect();
-    // Byte offsets of each block's f16 scales, and a range that keeps values O(1).
-    let (halves, lo, hi): (&[usize], f32, f32) = match ty {
-        F16 => (&[0], -1.0, 1.0), // every value is a "scale": some are subnormal
-        Q8_0 => (&[0], 0.001, 0.01),
-        Q4_0 | Q5_0 | Iq4Nl => (&[0], 0.001, 0.02),
-        Q4_1 | Q5_1 => (&[0, 2], 0.001, 0.02),
-        Q2K => (&[80, 82], 0.001, 0.02),
-        Q3K => (&[108], 0.001, 0.02),
-        Q4K | Q5K => (&[0, 2], 0.0005, 0.005),
-        Q6K => (&[208], 0.0005, 0.002),
-        F32 => {
+    // Byte offsets of each block's f16 scales (its format's), and a range that keeps
+    // values O(1).
+    let (halves, lo, hi): (&[usize], f32, f32) = match (ty, ty.format()) {
+        (F16, _) => (&[0], -1.0, 1.0), // every value is a "scale": some are subnormal
+        (Q8_0, Some(f)) => (f.halves(), 0.001, 0.01),
+        (Q4K | Q5K, Some(f)) => (f.halves(), 0.0005, 0.005),
+        (Q6K, Some(f)) => (f.halves(), 0.0005, 0.002),
+        (_, Some(f)) => (f.halves(), 0.001, 0.02),
+        (F32, _) => {
             return (0..n)
                 .flat_map(|_| (rng.next_f32() * 2.0 - 1.0).to_le_bytes())
                 .collect()
         }
-        BF16 => {
+        (BF16, _) => {
             return (0..n)
                 .flat_map(|_| half::bf16::from_f32(rng.next_f32() * 2.0 - 1.0).to_le_bytes())
                 .collect()

@@ -10,80 +10,79 @@
 use super::GgmlType;
 use crate::error::{Error, Result};
 use half::{bf16, f16};
+use pippin_cpu_kernels::blocks32::{Format, Gpu32};
+use pippin_cpu_kernels::kquants::KQuant;
 
-/// The `FORMAT` override constant of the matmul and embedding kernels.
+/// How the matmul and embedding kernels read a matrix (their `FORMAT` override
+/// constant, `id`): a GGML block format — its layout its type's
+/// (`pippin_cpu_kernels::blocks32`), its id GGML's — or one of the GPU's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuFormat {
     /// 32 words per block of 32.
-    F32 = 0,
+    F32,
     /// 16 words per block, two halves per word (`unpack2x16float`).
-    F16 = 1,
-    /// 8 words of 4 signed bytes; one f16 scale per block, two per word.
-    Q8_0 = 2,
-    /// 4 words of nibbles (byte j: element j low, j+16 high); f16 scales as Q8_0.
-    Q4_0 = 3,
-    /// Nibbles as Q4_0; one word per block: scale and minimum as two halves.
-    Q4_1 = 4,
+    F16,
     /// Palettized, 4-bit: 4 words of indices per block (value j of a word at bits
     /// 4j); `scales` holds the f16 tables, 16 entries (8 words) per `lut_rows` rows.
-    Pal4 = 5,
+    Pal4,
     /// Palettized, 2-bit: 2 words per block (value j at bits 2j); tables of 4 entries.
-    Pal2 = 6,
-    /// Q4_0's nibbles, then a word whose bit e is value e's fifth bit; f16 scales.
-    Q5_0 = 7,
-    /// As Q5_0, with Q4_1's scale-and-minimum word per block.
-    Q5_1 = 8,
-    /// Q4_0's nibbles, each an index into IQ4_NL's 16 levels; f16 scales.
-    Iq4Nl = 9,
-    /// 2 words per block, value e at bits 2(e % 16) of word e / 16 (as Pal2).
-    Q2K = 10,
-    /// Q2_K's 2 words of low bits, then a word of third bits (bit e).
-    Q3K = 11,
-    /// Q4_0's nibble layout per 32-block.
-    Q4K = 12,
-    /// Q5_0's layout per 32-block.
-    Q5K = 13,
-    /// Q4_0's nibbles (low 4 bits), then 2 words of the top 2 bits as Q2_K's.
-    Q6K = 14,
+    Pal2,
+    /// A GGML block format. Blocks of 32: `scales` holds each block's f16 scale, two
+    /// blocks' to a word, or its scale and minimum as one word; `qs` the byte ranges
+    /// of its `Gpu32`. K-quants: 8 blocks of 32 per super-block, each block's values
+    /// as a format of 32 of as many bits would hold them (Q2_K as Pal2's words, Q3_K
+    /// those then a word of third bits, Q4_K as Q4_0's nibbles, Q5_K as Q5_0's, Q6_K
+    /// Q4_0's nibbles then Q2_K's words of the top bits), and `K_SCALE_WORDS` of
+    /// scales per super-block.
+    Blocks(Format),
 }
 
 /// Words of `scales` per K-quant super-block: d|dmin, then 16 bytes of sub-scales.
 pub const K_SCALE_WORDS: usize = 5;
 
 impl GpuFormat {
+    /// The kernels' `FORMAT` id. build.rs writes each as a WGSL constant `GPU_<NAME>`
+    /// (the GPU's own from these arms, GGML's from `Format::ALL`, which are below 64).
+    pub fn id(self) -> u32 {
+        use GpuFormat::*;
+        match self {
+            F32 => 0,
+            F16 => 1,
+            Pal4 => 64,
+            Pal2 => 65,
+            Blocks(f) => f.ggml_id(),
+        }
+    }
+
+    /// Words of `qs` per block of 32 (build.rs writes WGSL's `qs_words_of` from these
+    /// arms and `Format::gpu_words`).
     pub fn qs_words_per_block(self) -> usize {
         use GpuFormat::*;
         match self {
             F32 => 32,
             F16 => 16,
-            Q8_0 => 8,
-            Q6K => 6,
-            Q5_0 | Q5_1 | Q5K => 5,
-            Q4_0 | Q4_1 | Pal4 | Iq4Nl | Q4K => 4,
-            Q3K => 3,
-            Pal2 | Q2K => 2,
+            Pal4 => 4,
+            Pal2 => 2,
+            Blocks(f) => f.gpu_words(),
         }
     }
 
     /// K-quants: scales per super-block of 8 blocks.
     pub fn is_k_quant(self) -> bool {
-        use GpuFormat::*;
-        matches!(self, Q2K | Q3K | Q4K | Q5K | Q6K)
+        matches!(self, GpuFormat::Blocks(Format::K(_)))
     }
 
     /// One f16 scale per block, two to a word (the row split keeps rows even).
     pub fn has_half_scales(self) -> bool {
-        use GpuFormat::*;
-        matches!(self, Q8_0 | Q4_0 | Q5_0 | Iq4Nl)
+        self.block32().is_some_and(|g| !g.paired)
     }
 
     /// Words of `scales` a row of `blocks` blocks owns, where rows own whole words
     /// (formats with a word or more per block or super-block).
     pub fn scale_words_per_row(self, blocks: usize) -> Option<usize> {
-        use GpuFormat::*;
-        match self {
-            Q4_1 | Q5_1 => Some(blocks),
-            f if f.is_k_quant() => Some(blocks / 8 * K_SCALE_WORDS),
+        match self.block32() {
+            Some(g) if g.paired => Some(blocks),
+            _ if self.is_k_quant() => Some(blocks / 8 * K_SCALE_WORDS),
             _ => None,
         }
     }
@@ -98,6 +97,14 @@ impl GpuFormat {
             GpuFormat::Pal4 => 8,
             GpuFormat::Pal2 => 2,
             _ => 0,
+        }
+    }
+
+    /// A block format of 32's layout.
+    fn block32(self) -> Option<Gpu32> {
+        match self {
+            GpuFormat::Blocks(f) => f.gpu32(),
+            _ => None,
         }
     }
 }
@@ -138,17 +145,12 @@ fn plain(format: GpuFormat, qs: Vec<u32>) -> Packed {
     }
 }
 
-/// A format of 32-blocks of `bytes`, each an f16 scale (or, `paired`, an f16 scale and
-/// minimum as one word) first, then the byte ranges `ranges` (start, end) taken as words in order.
-fn blocks32(
-    data: &[u8],
-    bytes: usize,
-    (paired, ranges): (bool, &[(usize, usize)]),
-    format: GpuFormat,
-) -> Packed {
+/// A block format of 32 as its `Gpu32` says: each block's f16 scale (or scale and
+/// minimum as one word, `paired`) first, then its byte ranges `values` as words.
+fn blocks32(data: &[u8], f: Format, g: Gpu32) -> Packed {
     let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
-    let blocks = data.chunks_exact(bytes);
-    let scales = match paired {
+    let blocks = data.chunks_exact(f.block().1);
+    let scales = match g.paired {
         true => blocks
             .clone()
             .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
@@ -156,10 +158,10 @@ fn blocks32(
         false => half_pairs(&blocks.clone().map(le16).collect::<Vec<_>>()),
     };
     let qs = blocks
-        .flat_map(|b| ranges.iter().flat_map(|&(i, j)| words(&b[i..j])))
+        .flat_map(|b| g.values.iter().flat_map(|&(i, j)| words(&b[i..j])))
         .collect();
     Packed {
-        format,
+        format: GpuFormat::Blocks(f),
         qs,
         scales,
         lut_rows: 0,
@@ -174,33 +176,26 @@ pub fn pack(ty: GgmlType, data: &[u8], n: usize) -> Result<Packed> {
             data.len()
         )));
     }
-    use GpuFormat as G;
     Ok(match ty {
-        GgmlType::F32 => plain(G::F32, words(data).collect()),
-        GgmlType::F16 => plain(G::F16, words(data).collect()),
+        GgmlType::F32 => plain(GpuFormat::F32, words(data).collect()),
+        GgmlType::F16 => plain(GpuFormat::F16, words(data).collect()),
         // No BF16 in WGSL; F32 keeps every value exact.
         GgmlType::BF16 => plain(
-            G::F32,
+            GpuFormat::F32,
             data.chunks_exact(2)
                 .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_bits())
                 .collect(),
         ),
-        GgmlType::Q8_0 => blocks32(data, 34, (false, &[(2, 34)]), G::Q8_0),
-        GgmlType::Q4_0 => blocks32(data, 18, (false, &[(2, 18)]), G::Q4_0),
-        GgmlType::Q4_1 => blocks32(data, 20, (true, &[(4, 20)]), G::Q4_1),
-        // The nibbles, then the word of fifth bits.
-        GgmlType::Q5_0 => blocks32(data, 22, (false, &[(6, 22), (2, 6)]), G::Q5_0),
-        GgmlType::Q5_1 => blocks32(data, 24, (true, &[(8, 24), (4, 8)]), G::Q5_1),
-        GgmlType::Iq4Nl => blocks32(data, 18, (false, &[(2, 18)]), G::Iq4Nl),
-        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-            k_quant(ty, data)
-        }
-        other => {
-            return Err(Error::unsupported(format!(
-                "tensor type {other} has no GPU kernel (supported: {})",
-                super::GgmlType::decodable()
-            )))
-        }
+        _ => match ty.format().map(|f| (f, f.gpu32())) {
+            Some((Format::K(k), _)) => k_quant(k, data),
+            Some((f, Some(g))) => blocks32(data, f, g),
+            _ => {
+                return Err(Error::unsupported(format!(
+                    "tensor type {ty} has no GPU kernel (supported: {})",
+                    super::GgmlType::decodable()
+                )))
+            }
+        },
     })
 }
 
@@ -225,14 +220,13 @@ fn nibble_words(v: &[u8]) -> impl Iterator<Item = u32> + '_ {
 
 /// A K-quant super-block's values (unsigned, each block's bits) and sub-scales, from
 /// the CPU decoder's own reading of the block, repacked for the kernels.
-fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
+fn k_quant(ty: KQuant, data: &[u8]) -> Packed {
     use super::dequant::{k4_scale_min, q3_k_scales};
-    let (_, bytes) = ty.block();
     let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]) as u32;
     let (mut qs, mut scales) = (Vec::new(), Vec::new());
-    for b in data.chunks_exact(bytes as usize) {
+    for b in data.chunks_exact(ty.bytes()) {
         let (q, d_dmin, sub): (Vec<u8>, u32, [u8; 16]) = match ty {
-            GgmlType::Q2K => {
+            KQuant::Q2K => {
                 let q = (0..256)
                     .map(|e| (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3)
                     .collect();
@@ -240,7 +234,7 @@ fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
                 sub.copy_from_slice(&b[0..16]);
                 (q, le16(&b[80..]) | le16(&b[82..]) << 16, sub)
             }
-            GgmlType::Q3K => {
+            KQuant::Q3K => {
                 let q = (0..256)
                     .map(|e| {
                         let low = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
@@ -253,8 +247,8 @@ fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
                     q3_k_scales(&b[96..108]).map(|s| s as u8),
                 )
             }
-            GgmlType::Q4K | GgmlType::Q5K => {
-                let five = ty == GgmlType::Q5K;
+            KQuant::Q4K | KQuant::Q5K => {
+                let five = ty == KQuant::Q5K;
                 let qs_at = if five { 48 } else { 16 };
                 let q = (0..256)
                     .map(|e| {
@@ -286,14 +280,14 @@ fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
         };
         for v in q.chunks_exact(32) {
             match ty {
-                GgmlType::Q2K => qs.extend(pack_bits(v, 2)),
-                GgmlType::Q3K => {
+                KQuant::Q2K => qs.extend(pack_bits(v, 2)),
+                KQuant::Q3K => {
                     let low: Vec<u8> = v.iter().map(|x| x & 3).collect();
                     let high: Vec<u8> = v.iter().map(|x| x >> 2).collect();
                     qs.extend(pack_bits(&low, 2).chain(pack_bits(&high, 1)));
                 }
-                GgmlType::Q4K => qs.extend(nibble_words(v)),
-                GgmlType::Q5K => {
+                KQuant::Q4K => qs.extend(nibble_words(v)),
+                KQuant::Q5K => {
                     let high: Vec<u8> = v.iter().map(|x| x >> 4).collect();
                     qs.extend(nibble_words(v).chain(pack_bits(&high, 1)));
                 }
@@ -306,15 +300,8 @@ fn k_quant(ty: GgmlType, data: &[u8]) -> Packed {
         scales.push(d_dmin);
         scales.extend(words(&sub));
     }
-    let format = match ty {
-        GgmlType::Q2K => GpuFormat::Q2K,
-        GgmlType::Q3K => GpuFormat::Q3K,
-        GgmlType::Q4K => GpuFormat::Q4K,
-        GgmlType::Q5K => GpuFormat::Q5K,
-        _ => GpuFormat::Q6K,
-    };
     Packed {
-        format,
+        format: GpuFormat::Blocks(Format::K(ty)),
         qs,
         scales,
         lut_rows: 0,

@@ -1,47 +1,18 @@
 //! Dot products of quantized weight rows (blocks of 32) with activations quantized
 //! to 16 bits per block: `i32x4.dot_i16x8_s` on four i16x8 lanes per block, summed
-//! in f32 with the block scales (`crate::dots` is the plain-loop reference; the
+//! in f32 with the block scales (each `Block32::dot` is the plain-loop reference; the
 //! engine's `engine::cpu::dot` says why 16 bits).
 
+use crate::blocks32::Format;
 use crate::{Acts, Lanes};
 use core::arch::wasm32::*;
 use std::sync::OnceLock;
 
-/// A weight block format with a SIMD dot product (32 weights per block).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Block {
-    /// f16 d, 16 bytes of nibbles: w = d·(q − 8).
-    Q4_0,
-    /// f16 d, f16 m, 16 bytes of nibbles: w = d·q + m.
-    Q4_1,
-    /// f16 d, 32 signed bytes: w = d·q.
-    Q8_0,
-    /// f16 d, 32 bits qh, 16 bytes of nibbles: w = d·(q − 16), bit e of qh q's fifth.
-    Q5_0,
-    /// f16 d, f16 m, 32 bits qh, 16 bytes of nibbles: w = d·q + m.
-    Q5_1,
-    /// f16 d, 16 bytes of nibbles indexing the 16 levels: w = d·levels[q].
-    Iq4Nl(&'static [i8; 16]),
-}
-
-impl Block {
-    /// Bytes per block.
-    pub fn bytes(self) -> usize {
-        match self {
-            Block::Q4_0 | Block::Iq4Nl(_) => 18,
-            Block::Q4_1 => 20,
-            Block::Q8_0 => 34,
-            Block::Q5_0 => 22,
-            Block::Q5_1 => 24,
-        }
-    }
-}
-
 /// Every f16 as f32 (256 KB, built on first use): a block's scales are one load
 /// each instead of a software conversion (wasm has no f16 instructions).
-pub(crate) type Halves = [f32; 65536];
+pub type Halves = [f32; 65536];
 
-pub(crate) fn halves() -> &'static Halves {
+pub fn halves() -> &'static Halves {
     static TABLE: OnceLock<Box<Halves>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = Box::new([0f32; 65536]);
@@ -53,14 +24,14 @@ pub(crate) fn halves() -> &'static Halves {
 }
 
 #[inline(always)]
-pub(crate) fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
+pub fn f16_at(h: &Halves, b: &[u8], i: usize) -> f32 {
     h[u16::from_le_bytes([b[i], b[i + 1]]) as usize]
 }
 
 /// Bit e of the 32-bit `qh` at `b[at..]` as 16 in byte e of two i8x16 (values 0..16
 /// and 16..32): each byte of qh is copied to eight lanes, each lane keeps its own bit.
 #[inline(always)]
-fn fifth_bits(b: &[u8], at: usize) -> (v128, v128) {
+pub fn fifth_bits(b: &[u8], at: usize) -> (v128, v128) {
     let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let v = u32x4_splat(qh);
     let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
@@ -74,58 +45,59 @@ fn fifth_bits(b: &[u8], at: usize) -> (v128, v128) {
     (spread(0, 1), spread(2, 3))
 }
 
-/// A block's 32 weights as four i16x8 lanes (values 0..8, 8..16, 16..24, 24..32),
-/// its scale d, and the factor of the activations' block sum s in its dot product
-/// (Q4_0: −8·d, Q5_0: −16·d, Q4_1 and Q5_1: the minimum m, else 0).
+/// The 16 bytes of block `b` from `at`, unchecked: the `Block32::lanes` of each
+/// format loads at constant offsets inside its whole blocks.
+///
+/// # Safety
+/// `at + 16 <= b.len()`.
 #[inline(always)]
-fn unpack(h: &Halves, ty: Block, b: &[u8]) -> ([v128; 4], f32, f32) {
-    // SAFETY: every load reads 16 bytes inside the block (`b` is a whole block of
-    // `ty`: loads at offsets 2 and 18 of 34 bytes, 2 of 18, 4 of 20, 6 of 22, 8 of
-    // 24).
-    let load = |at: usize| unsafe { v128_load(b.as_ptr().add(at) as *const v128) };
-    let d = f16_at(h, b, 0);
-    let fives = |qs: v128, (h0, h1): (v128, v128)| {
-        let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
-        let (lo, hi) = (v128_or(lo, h0), v128_or(hi, h1));
-        [
-            u16x8_extend_low_u8x16(lo),
-            u16x8_extend_high_u8x16(lo),
-            u16x8_extend_low_u8x16(hi),
-            u16x8_extend_high_u8x16(hi),
-        ]
-    };
-    let nibbles = |qs: v128| {
-        let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
-        [
-            u16x8_extend_low_u8x16(lo),
-            u16x8_extend_high_u8x16(lo),
-            u16x8_extend_low_u8x16(hi),
-            u16x8_extend_high_u8x16(hi),
-        ]
-    };
-    let signed = |a: v128, b: v128| {
-        [
-            i16x8_extend_low_i8x16(a),
-            i16x8_extend_high_i8x16(a),
-            i16x8_extend_low_i8x16(b),
-            i16x8_extend_high_i8x16(b),
-        ]
-    };
-    match ty {
-        Block::Q4_0 => (nibbles(load(2)), d, -8.0 * d),
-        Block::Q4_1 => (nibbles(load(4)), d, f16_at(h, b, 2)),
-        Block::Q8_0 => (signed(load(2), load(18)), d, 0.0),
-        Block::Q5_0 => (fives(load(6), fifth_bits(b, 2)), d, -16.0 * d),
-        Block::Q5_1 => (fives(load(8), fifth_bits(b, 4)), d, f16_at(h, b, 2)),
-        Block::Iq4Nl(levels) => {
-            let qs = load(2);
-            // SAFETY: the table is 16 bytes.
-            let lut = unsafe { v128_load(levels.as_ptr() as *const v128) };
-            let lo = i8x16_swizzle(lut, v128_and(qs, u8x16_splat(15)));
-            let hi = i8x16_swizzle(lut, u8x16_shr(qs, 4));
-            (signed(lo, hi), d, 0.0)
-        }
-    }
+pub unsafe fn load(b: &[u8], at: usize) -> v128 {
+    debug_assert!(at + 16 <= b.len());
+    v128_load(b.as_ptr().add(at) as *const v128)
+}
+
+/// 16 bytes of nibbles (byte j: value j low, j + 16 high) as four u16x8.
+#[inline(always)]
+pub fn nibbles(qs: v128) -> [v128; 4] {
+    let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
+    widen_u(lo, hi)
+}
+
+/// Nibbles as `nibbles`, each with its fifth bit (`fifth_bits`) as four u16x8.
+#[inline(always)]
+pub fn fives(qs: v128, (h0, h1): (v128, v128)) -> [v128; 4] {
+    let (lo, hi) = (v128_and(qs, u8x16_splat(15)), u8x16_shr(qs, 4));
+    widen_u(v128_or(lo, h0), v128_or(hi, h1))
+}
+
+fn widen_u(lo: v128, hi: v128) -> [v128; 4] {
+    [
+        u16x8_extend_low_u8x16(lo),
+        u16x8_extend_high_u8x16(lo),
+        u16x8_extend_low_u8x16(hi),
+        u16x8_extend_high_u8x16(hi),
+    ]
+}
+
+/// 32 signed bytes (values 0..16 in `a`, 16..32 in `b`) as four i16x8.
+#[inline(always)]
+pub fn signed(a: v128, b: v128) -> [v128; 4] {
+    [
+        i16x8_extend_low_i8x16(a),
+        i16x8_extend_high_i8x16(a),
+        i16x8_extend_low_i8x16(b),
+        i16x8_extend_high_i8x16(b),
+    ]
+}
+
+/// 16 bytes of nibbles as `nibbles`, each an index into the 16 signed `levels`.
+#[inline(always)]
+pub fn levels(qs: v128, levels: &[i8; 16]) -> [v128; 4] {
+    // SAFETY: the table is 16 bytes.
+    let lut = unsafe { v128_load(levels.as_ptr() as *const v128) };
+    let lo = i8x16_swizzle(lut, v128_and(qs, u8x16_splat(15)));
+    let hi = i8x16_swizzle(lut, u8x16_shr(qs, 4));
+    signed(lo, hi)
 }
 
 /// The 32 activations of `q` from `at` as four i16x8.
@@ -153,13 +125,15 @@ fn block_dot(w: &[v128; 4], x: &[v128; 4]) -> v128 {
     )
 }
 
-/// `row · x` for a row of `ty` blocks and one token's activations.
-pub fn dot(ty: Block, row: &[u8], x: Acts) -> f32 {
-    let (bytes, h) = (ty.bytes(), halves());
+/// `row · x` for a row of `f` blocks (of 32) and one token's activations. One loop
+/// for every format, `f`'s unpacking chosen per block (`Format::lanes`): a copy per
+/// format was ~9 KB more of the package's wasm.
+pub fn dot(f: Format, row: &[u8], x: Acts) -> f32 {
+    let (bytes, h) = (f.block().1, halves());
     let mut acc = f32x4_splat(0.0);
     let mut extra = 0f32;
     for (i, b) in row.chunks_exact(bytes).enumerate() {
-        let (w, d, c) = unpack(h, ty, b);
+        let (w, d, c) = f.lanes(h, b);
         let sumi = block_dot(&w, &acts(x.q, i * 32));
         acc = f32x4_add(
             acc,
@@ -178,8 +152,8 @@ pub fn dot(ty: Block, row: &[u8], x: Acts) -> f32 {
 /// bit for bit (the same f32 operations in the same order; speculative decoding
 /// relies on it). A check or a prefill: one token's float work had been ~40% of its
 /// share of a block.
-pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f32]) {
-    let (bytes, nb, h) = (ty.bytes(), cols / 32, halves());
+pub fn dots(f: Format, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f32]) {
+    let (bytes, nb, h) = (f.block().1, cols / 32, halves());
     assert!(
         l.d.len() >= out.len().div_ceil(4) * nb * 4 && l.s.len() == l.d.len(),
         "dots needs the activations' scales by groups of four tokens"
@@ -189,7 +163,7 @@ pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f3
         if outs.len() <= 2 {
             // A group's float work costs about two tokens' of `dot`: fewer go alone.
             for (j, o) in outs.iter_mut().enumerate() {
-                *o = dot(ty, row, x.token(t0 + j, cols));
+                *o = dot(f, row, x.token(t0 + j, cols));
             }
             continue;
         }
@@ -197,7 +171,7 @@ pub fn dots(ty: Block, row: &[u8], x: Acts, l: Lanes, cols: usize, out: &mut [f3
         let mut acc = [f32x4_splat(0.0); 4];
         let mut extra = f32x4_splat(0.0);
         for (i, b) in row.chunks_exact(bytes).enumerate() {
-            let (w, d, c) = unpack(h, ty, b);
+            let (w, d, c) = f.lanes(h, b);
             let mut s = [i32x4_splat(0); 4];
             for (j, sj) in s.iter_mut().enumerate().take(outs.len()) {
                 *sj = block_dot(&w, &acts(x.q, (t0 + j) * cols + i * 32));

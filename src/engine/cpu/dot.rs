@@ -14,7 +14,6 @@
 use crate::quant::GgmlType;
 use pippin_cpu_kernels::fastest;
 pub use pippin_cpu_kernels::fastest::Format;
-use pippin_cpu_kernels::kquants::KQuant;
 pub use pippin_cpu_kernels::palette::Levels;
 pub use pippin_cpu_kernels::Acts;
 use pippin_cpu_kernels::Lanes;
@@ -96,20 +95,7 @@ impl Q16 {
 /// The integer dot product's name for `ty`: the blocks of 32 and the K-quants; `None`
 /// for the formats without one (decoded to f32 instead).
 pub fn format(ty: GgmlType) -> Option<Format> {
-    Some(match ty {
-        GgmlType::Q4_0 => Format::Q4_0,
-        GgmlType::Q4_1 => Format::Q4_1,
-        GgmlType::Q5_0 => Format::Q5_0,
-        GgmlType::Q5_1 => Format::Q5_1,
-        GgmlType::Q8_0 => Format::Q8_0,
-        GgmlType::Iq4Nl => Format::Iq4Nl,
-        GgmlType::Q2K => Format::K(KQuant::Q2K),
-        GgmlType::Q3K => Format::K(KQuant::Q3K),
-        GgmlType::Q4K => Format::K(KQuant::Q4K),
-        GgmlType::Q5K => Format::K(KQuant::Q5K),
-        GgmlType::Q6K => Format::K(KQuant::Q6K),
-        _ => return None,
-    })
+    ty.format()
 }
 
 /// Formats with an integer dot product: the blocks of 32 and the K-quants.
