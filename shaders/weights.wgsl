@@ -112,6 +112,14 @@ fn load_lut(row: u32) {
         }
         return;
     }
+    if FORMAT == GPU_MXFP4 {
+        if lut_group != 0u {
+            lut_group = 0u;
+            lut = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+        }
+        return;
+    }
     let g = row / LUT_ROWS;
     if g == lut_group {
         return;
@@ -238,11 +246,18 @@ fn weight8(row: u32, nb: u32, b: u32, part: u32) -> W8 {
             let dm = halves(w_scales[blk]);
             return W8(a * dm.x + dm.y, b * dm.x + dm.y);
         }
-        case GPU_IQ4_NL: {
+        case GPU_IQ4_NL, GPU_MXFP4: {
+            // Nibbles indexing fixed levels: IQ4_NL's with an f16 scale, MXFP4's
+            // (E2M1, doubled) with its E8M0 scale as f32 bits, a word per block.
             load_lut(row);
             let o = base + (part % 2u) * 2u;
             let shift = select(0u, 4u, part >= 2u);
-            let d = half_scale(blk);
+            var d: f32;
+            if FORMAT == GPU_MXFP4 {
+                d = bitcast<f32>(w_scales[blk]);
+            } else {
+                d = half_scale(blk);
+            }
             return W8(pick(nibbles_u(w_qs[o], shift)) * d, pick(nibbles_u(w_qs[o + 1u], shift)) * d);
         }
         case GPU_Q2_K, GPU_Q3_K, GPU_Q4_K, GPU_Q5_K, GPU_Q6_K: {

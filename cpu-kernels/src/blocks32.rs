@@ -30,6 +30,11 @@ pub trait Block32 {
     const HALVES: &'static [usize];
     /// The block as the GPU kernels read it.
     const GPU: Gpu32;
+    /// Sets random block `b`'s scales to values `next` draws (test blocks): by
+    /// default each f16 field of `HALVES`.
+    fn test_scales(b: &mut [u8], next: &mut dyn FnMut() -> f32) {
+        set_halves(Self::HALVES, b, next)
+    }
     /// Block `b` decoded into `o` (32 values) exactly as ggml's `dequantize_row_*`.
     fn decode(b: &[u8], o: &mut [f32]);
     /// `Σ w·x` over block `b` and its 32 activations `xq` (scale `dx`, `sx = dx·Σxq`):
@@ -43,12 +48,23 @@ pub trait Block32 {
 }
 
 /// How the GPU packer (`quant::gpu_layout`) lays a block out in two word arrays: its
-/// f16 scale in `scales`, two blocks' to a word — or, `paired`, its scale and minimum
-/// as one word — and in `qs` the byte ranges `values` of the block, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// scale in `scales` (`Scale`), and in `qs` the byte ranges `values` of the block, in
+/// order.
+#[derive(Clone, Copy)]
 pub struct Gpu32 {
-    pub paired: bool,
+    pub scale: Scale,
     pub values: &'static [(usize, usize)],
+}
+
+/// A block's scale as the GPU kernels read it from `scales`.
+#[derive(Clone, Copy)]
+pub enum Scale {
+    /// The f16 at byte 0, two blocks' to a word.
+    Half,
+    /// The f16 scale and minimum at bytes 0 and 2, as one word.
+    Pair,
+    /// A word per block, made from the block (a scale f16 cannot hold, as f32 bits).
+    Word(fn(&[u8]) -> u32),
 }
 
 impl Gpu32 {
@@ -73,7 +89,7 @@ impl Block32 for Q4_0 {
     const BYTES: usize = 18;
     const HALVES: &'static [usize] = &[0];
     const GPU: Gpu32 = Gpu32 {
-        paired: false,
+        scale: Scale::Half,
         values: &[(2, 18)],
     };
 
@@ -109,7 +125,7 @@ impl Block32 for Q4_1 {
     const BYTES: usize = 20;
     const HALVES: &'static [usize] = &[0, 2];
     const GPU: Gpu32 = Gpu32 {
-        paired: true,
+        scale: Scale::Pair,
         values: &[(4, 20)],
     };
 
@@ -147,7 +163,7 @@ impl Block32 for Q5_0 {
     const HALVES: &'static [usize] = &[0];
     // The nibbles, then the word of fifth bits.
     const GPU: Gpu32 = Gpu32 {
-        paired: false,
+        scale: Scale::Half,
         values: &[(6, 22), (2, 6)],
     };
 
@@ -183,7 +199,7 @@ impl Block32 for Q5_1 {
     const BYTES: usize = 24;
     const HALVES: &'static [usize] = &[0, 2];
     const GPU: Gpu32 = Gpu32 {
-        paired: true,
+        scale: Scale::Pair,
         values: &[(8, 24), (4, 8)],
     };
 
@@ -219,7 +235,7 @@ impl Block32 for Q8_0 {
     const BYTES: usize = 34;
     const HALVES: &'static [usize] = &[0];
     const GPU: Gpu32 = Gpu32 {
-        paired: false,
+        scale: Scale::Half,
         values: &[(2, 34)],
     };
 
@@ -257,7 +273,7 @@ impl Block32 for Iq4Nl {
     const BYTES: usize = 18;
     const HALVES: &'static [usize] = &[0];
     const GPU: Gpu32 = Gpu32 {
-        paired: false,
+        scale: Scale::Half,
         values: &[(2, 18)],
     };
 
@@ -271,7 +287,7 @@ impl Block32 for Iq4Nl {
 
     #[inline(always)]
     fn dot(b: &[u8], xq: &[i16], dx: f32, _: f32) -> f32 {
-        le_f16(b) * dx * levels(&b[2..18], xq) as f32
+        le_f16(b) * dx * levels(&IQ4_NL_LEVELS, &b[2..18], xq) as f32
     }
 
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -281,6 +297,67 @@ impl Block32 for Iq4Nl {
         // SAFETY: 16 bytes from 2 of 18.
         (
             simd::levels(unsafe { simd::load(b, 2) }, &IQ4_NL_LEVELS),
+            d,
+            0.0,
+        )
+    }
+}
+
+/// MXFP4 (OCP microscaling, as gpt-oss ships its experts): an E8M0 exponent byte e,
+/// then 16 bytes of nibbles as Q4_0's, each an FP4 (E2M1) value; w = 2^(e−128)·levels[q]
+/// (ggml's levels are E2M1's values doubled, its scale halved to match).
+#[derive(Clone, Copy, Debug)]
+pub struct Mxfp4;
+
+/// MXFP4's 16 levels: E2M1's values, doubled (ggml's `kvalues_mxfp4`).
+pub const MXFP4_LEVELS: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// MXFP4's scale from its exponent byte: 2^(e−128) as f32 bits, subnormal below e = 2
+/// (ggml's `ggml_e8m0_to_fp32_half`).
+fn e8m0_half_bits(e: u8) -> u32 {
+    match e {
+        0 | 1 => 0x0020_0000 << e,
+        _ => ((e - 1) as u32) << 23,
+    }
+}
+
+impl Block32 for Mxfp4 {
+    const NAME: &'static str = "MXFP4";
+    const GGML_ID: u32 = 39;
+    const BYTES: usize = 17;
+    const HALVES: &'static [usize] = &[];
+    // f16 cannot hold 2^(e−128): the kernels read the scale as f32 bits.
+    const GPU: Gpu32 = Gpu32 {
+        scale: Scale::Word(|b| e8m0_half_bits(b[0])),
+        values: &[(1, 17)],
+    };
+
+    /// The exponent nearest below the drawn scale's (at least 2^-20, at most 1).
+    fn test_scales(b: &mut [u8], next: &mut dyn FnMut() -> f32) {
+        let e = next().max(1e-6).log2().floor().clamp(-20.0, 0.0);
+        b[0] = (e as i32 + 128) as u8;
+    }
+
+    fn decode(b: &[u8], o: &mut [f32]) {
+        let d = f32::from_bits(e8m0_half_bits(b[0]));
+        for (j, &q) in b[1..17].iter().enumerate() {
+            o[j] = MXFP4_LEVELS[(q & 0x0f) as usize] as f32 * d;
+            o[j + 16] = MXFP4_LEVELS[(q >> 4) as usize] as f32 * d;
+        }
+    }
+
+    #[inline(always)]
+    fn dot(b: &[u8], xq: &[i16], dx: f32, _: f32) -> f32 {
+        f32::from_bits(e8m0_half_bits(b[0])) * dx * levels(&MXFP4_LEVELS, &b[1..17], xq) as f32
+    }
+
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    #[inline(always)]
+    fn lanes(_: &simd::Halves, b: &[u8]) -> ([v128; 4], f32, f32) {
+        let d = f32::from_bits(e8m0_half_bits(b[0]));
+        // SAFETY: 16 bytes from 1 of 17.
+        (
+            simd::levels(unsafe { simd::load(b, 1) }, &MXFP4_LEVELS),
             d,
             0.0,
         )
@@ -341,6 +418,14 @@ macro_rules! blocks32 {
                 }
             }
 
+            /// Sets a random block's scales to values `next` draws (test blocks).
+            pub fn test_scales(self, b: &mut [u8], next: &mut dyn FnMut() -> f32) {
+                match self {
+                    $(Format::$b => $b::test_scales(b, next),)*
+                    Format::K(k) => set_halves(k.halves(), b, next),
+                }
+            }
+
             /// How the GPU packer lays a block of 32 out (`None` for the K-quants,
             /// which `quant::gpu_layout` repacks by super-block).
             pub fn gpu32(self) -> Option<Gpu32> {
@@ -382,7 +467,7 @@ macro_rules! blocks32 {
     };
 }
 
-blocks32!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Iq4Nl);
+blocks32!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Iq4Nl, Mxfp4);
 
 impl Format {
     /// The format of GGML type `id`, if it has an integer dot product here.
@@ -397,6 +482,13 @@ impl Format {
             (None, Format::K(k)) => k.gpu_words(),
             (None, _) => unreachable!("every block of 32 has a GPU layout"),
         }
+    }
+}
+
+/// Each f16 field of `b` at `at` to a value `next` draws.
+fn set_halves(at: &[usize], b: &mut [u8], next: &mut dyn FnMut() -> f32) {
+    for &i in at {
+        b[i..i + 2].copy_from_slice(&half::f16::from_f32(next()).to_le_bytes());
     }
 }
 
@@ -447,10 +539,9 @@ fn fives(qh: &[u8], qs: &[u8], x: &[i16]) -> i32 {
     s
 }
 
-/// Σ level(nibble)·x for IQ4_NL.
+/// Σ level(nibble)·x for IQ4_NL and MXFP4 (`l` their 16 levels).
 #[inline(never)]
-fn levels(qs: &[u8], x: &[i16]) -> i32 {
-    let l = &IQ4_NL_LEVELS;
+fn levels(l: &[i8; 16], qs: &[u8], x: &[i16]) -> i32 {
     let (x0, x1) = x.split_at(16);
     qs.iter()
         .zip(x0.iter().zip(x1))

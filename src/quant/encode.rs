@@ -57,6 +57,19 @@ pub fn f32s(x: &[f32]) -> Vec<u8> {
     x.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// `n` random f16 values in [-1, 1], one in four subnormal.
+fn random_halves(n: usize, rng: &mut crate::rng::Rng) -> Vec<u8> {
+    (0..n)
+        .flat_map(|_| {
+            let v = match rng.next_u64() % 4 {
+                0 => (1 + rng.next_u64() % 1023) as f32 * 2f32.powi(-24),
+                _ => rng.next_f32() * 2.0 - 1.0,
+            };
+            f16::from_f32(v).to_le_bytes()
+        })
+        .collect()
+}
+
 /// `n` elements of type `ty` as random but valid blocks: every value and sub-scale
 /// field random, the f16 scales small positive numbers (not NaN or infinite), so a
 /// kernel test sees every bit pattern a real file can hold.
@@ -67,14 +80,13 @@ pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
     let mut out: Vec<u8> = (0..n / per as usize * bytes as usize)
         .map(|_| rng.next_u64() as u8)
         .collect();
-    // Byte offsets of each block's f16 scales (its format's), and a range that keeps
-    // values O(1).
-    let (halves, lo, hi): (&[usize], f32, f32) = match (ty, ty.format()) {
-        (F16, _) => (&[0], -1.0, 1.0), // every value is a "scale": some are subnormal
-        (Q8_0, Some(f)) => (f.halves(), 0.001, 0.01),
-        (Q4K | Q5K, Some(f)) => (f.halves(), 0.0005, 0.005),
-        (Q6K, Some(f)) => (f.halves(), 0.0005, 0.002),
-        (_, Some(f)) => (f.halves(), 0.001, 0.02),
+    // The scales' range that keeps values O(1).
+    let (format, lo, hi) = match (ty, ty.format()) {
+        (Q8_0, Some(f)) => (f, 0.001, 0.01),
+        (Q4K | Q5K, Some(f)) => (f, 0.0005, 0.005),
+        (Q6K, Some(f)) => (f, 0.0005, 0.002),
+        (_, Some(f)) => (f, 0.001, 0.02),
+        (F16, _) => return random_halves(n, &mut rng),
         (F32, _) => {
             return (0..n)
                 .flat_map(|_| (rng.next_f32() * 2.0 - 1.0).to_le_bytes())
@@ -85,18 +97,15 @@ pub fn random_blocks(ty: super::GgmlType, n: usize, seed: u64) -> Vec<u8> {
                 .flat_map(|_| half::bf16::from_f32(rng.next_f32() * 2.0 - 1.0).to_le_bytes())
                 .collect()
         }
-        _ => (&[], 0.0, 0.0),
+        _ => return out,
     };
     for block in out.chunks_exact_mut(bytes as usize) {
-        for &at in halves {
-            // One scale in four is an f16 subnormal, as real files have them (Q6_K's
-            // d nearly always): kernels must not flush them.
-            let v = match rng.next_u64() % 4 {
-                0 => (1 + rng.next_u64() % 1023) as f32 * 2f32.powi(-24),
-                _ => lo + (hi - lo) * rng.next_f32(),
-            };
-            block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
-        }
+        // One scale in four is an f16 subnormal, as real files have them (Q6_K's
+        // d nearly always): kernels must not flush them.
+        format.test_scales(block, &mut || match rng.next_u64() % 4 {
+            0 => (1 + rng.next_u64() % 1023) as f32 * 2f32.powi(-24),
+            _ => lo + (hi - lo) * rng.next_f32(),
+        });
     }
     out
 }

@@ -10,7 +10,7 @@
 use super::GgmlType;
 use crate::error::{Error, Result};
 use half::{bf16, f16};
-use pippin_cpu_kernels::blocks32::{Format, Gpu32};
+use pippin_cpu_kernels::blocks32::{Format, Gpu32, Scale};
 use pippin_cpu_kernels::kquants::KQuant;
 
 /// How the matmul and embedding kernels read a matrix (their `FORMAT` override
@@ -27,9 +27,9 @@ pub enum GpuFormat {
     Pal4,
     /// Palettized, 2-bit: 2 words per block (value j at bits 2j); tables of 4 entries.
     Pal2,
-    /// A GGML block format. Blocks of 32: `scales` holds each block's f16 scale, two
-    /// blocks' to a word, or its scale and minimum as one word; `qs` the byte ranges
-    /// of its `Gpu32`. K-quants: 8 blocks of 32 per super-block, each block's values
+    /// A GGML block format. Blocks of 32: `scales` holds each block's scale as its
+    /// `Gpu32` says (an f16, two blocks' to a word; scale and minimum as one word; or
+    /// a word of its own), `qs` the byte ranges of its `Gpu32`. K-quants: 8 blocks of 32 per super-block, each block's values
     /// as a format of 32 of as many bits would hold them (Q2_K as Pal2's words, Q3_K
     /// those then a word of third bits, Q4_K as Q4_0's nibbles, Q5_K as Q5_0's, Q6_K
     /// Q4_0's nibbles then Q2_K's words of the top bits), and `K_SCALE_WORDS` of
@@ -74,14 +74,18 @@ impl GpuFormat {
 
     /// One f16 scale per block, two to a word (the row split keeps rows even).
     pub fn has_half_scales(self) -> bool {
-        self.block32().is_some_and(|g| !g.paired)
+        self.block32()
+            .is_some_and(|g| matches!(g.scale, Scale::Half))
     }
 
     /// Words of `scales` a row of `blocks` blocks owns, where rows own whole words
     /// (formats with a word or more per block or super-block).
     pub fn scale_words_per_row(self, blocks: usize) -> Option<usize> {
         match self.block32() {
-            Some(g) if g.paired => Some(blocks),
+            Some(Gpu32 {
+                scale: Scale::Pair | Scale::Word(_),
+                ..
+            }) => Some(blocks),
             _ if self.is_k_quant() => Some(blocks / 8 * K_SCALE_WORDS),
             _ => None,
         }
@@ -145,17 +149,18 @@ fn plain(format: GpuFormat, qs: Vec<u32>) -> Packed {
     }
 }
 
-/// A block format of 32 as its `Gpu32` says: each block's f16 scale (or scale and
-/// minimum as one word, `paired`) first, then its byte ranges `values` as words.
+/// A block format of 32 as its `Gpu32` says: each block's scale (`Scale`) in
+/// `scales`, its byte ranges `values` as words in `qs`.
 fn blocks32(data: &[u8], f: Format, g: Gpu32) -> Packed {
     let le16 = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
     let blocks = data.chunks_exact(f.block().1);
-    let scales = match g.paired {
-        true => blocks
+    let scales = match g.scale {
+        Scale::Pair => blocks
             .clone()
             .map(|b| le16(b) as u32 | (le16(&b[2..]) as u32) << 16)
             .collect(),
-        false => half_pairs(&blocks.clone().map(le16).collect::<Vec<_>>()),
+        Scale::Half => half_pairs(&blocks.clone().map(le16).collect::<Vec<_>>()),
+        Scale::Word(word) => blocks.clone().map(word).collect(),
     };
     let qs = blocks
         .flat_map(|b| g.values.iter().flat_map(|&(i, j)| words(&b[i..j])))

@@ -78,9 +78,11 @@ fn every_format_multiplies_like_its_dequantized_weights() {
 
 #[test]
 fn integer_dot_products_match_f32_for_each_format() {
-    // Every 32-block and K-quant format (a K-quant row is super-blocks of 256).
+    // Every block format: the blocks of 32 and the K-quants (a K-quant row is
+    // super-blocks of 256); only the floats have none.
     let ints = formats().filter(|t| has_int_dot(*t));
-    assert_eq!(ints.clone().count(), 11);
+    let floats = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+    assert_eq!(ints.clone().count() + floats.len(), formats().count());
     for (i, ty) in ints.enumerate() {
         let cols = 3 * (ty.block().0 as usize).max(32);
         let bytes = random_blocks(ty, cols, 40 + i as u64);
