@@ -6,8 +6,8 @@
 mod chained;
 mod speculative;
 
+use super::backend::AnyBackend;
 use super::backend::{common_prefix, Backend, Logits, Masked, Pick, Want};
-use super::cpu::CpuBackend;
 use super::logprobs::{self, TokenLogprob};
 use super::speculate::{Policy, Speculation};
 use super::stop::StopStrings;
@@ -322,7 +322,7 @@ impl Generation {
     pub async fn next_with<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut CpuBackend<'_>>,
+        draft: Option<&mut AnyBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<Event> {
         let e = self.next_event(backend, draft, tk).await?;
@@ -335,7 +335,7 @@ impl Generation {
     async fn next_event<B: Backend>(
         &mut self,
         backend: &mut B,
-        mut draft: Option<&mut CpuBackend<'_>>,
+        mut draft: Option<&mut AnyBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<Event> {
         loop {
@@ -409,7 +409,7 @@ impl Generation {
     async fn step<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut CpuBackend<'_>>,
+        draft: Option<&mut AnyBackend<'_>>,
         tk: &Tokenizer,
     ) -> Result<()> {
         // The state moves only once the step succeeded: after a failure the same token
@@ -549,7 +549,7 @@ pub async fn generate_calls<B: Backend>(
 /// speculative decoding's guesses when one is given.
 pub async fn generate_drafted<B: Backend>(
     backend: &mut B,
-    mut draft: Option<&mut CpuBackend<'_>>,
+    mut draft: Option<&mut AnyBackend<'_>>,
     tk: &Tokenizer,
     prompt: &[u32],
     opts: &GenerateOptions,
@@ -558,7 +558,7 @@ pub async fn generate_drafted<B: Backend>(
 ) -> Result<(FinishReason, Usage, Vec<ToolCall>)> {
     let mut g = Generation::start(backend, tk, prompt, opts).await?;
     if let Some(d) = draft.as_deref_mut() {
-        g.prefill_draft(d)?;
+        g.prefill_draft(d).await?;
     }
     if let Some(r) = calls {
         g.expect_calls(r);

@@ -14,13 +14,12 @@ mod adapters;
 mod draft;
 mod saved;
 
-use draft::draft_backend;
 use saved::model_print;
 
 use super::backend::{AnyBackend, BackendKind, GpuBytes};
 use super::backend::{LoadedAdapter, LoadedModel, SessionOptions};
 use super::cpu::team::Team;
-use super::cpu::{CpuBackend, CpuLoaded, CpuState};
+use super::cpu::{CpuLoaded, CpuState};
 use super::gpu::{GpuLoaded, GpuModel, GpuSession};
 use super::prefix_cache::{Fingerprint, PrefixCache};
 use super::tools::{self, Prepared};
@@ -115,9 +114,9 @@ pub struct Engine {
     next_id: u64,
     /// The vocabulary compiled for guided replies, on the first one.
     grammars: GrammarCache,
-    /// A draft model proposing speculative decoding's guesses (`set_draft`): always
-    /// on the CPU backend (the only one that checks guesses in one pass, for now).
-    draft: Option<Box<CpuLoaded>>,
+    /// A draft model proposing speculative decoding's guesses (`set_draft`), on any
+    /// backend; its backend never carries an adapter.
+    draft: Option<Box<dyn LoadedModel>>,
     /// Copies of KV state other conversations and prefixes left (`prefix_cache`).
     prefix: PrefixCache,
     /// What identifies the model's computation in a saved session: its GGUF header.
@@ -375,7 +374,7 @@ impl Engine {
 
     /// As `backend`, with the draft model's backend when there is one
     /// (`generate_drafted`).
-    pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<CpuBackend<'_>>)> {
+    pub fn backends(&mut self) -> Result<(AnyBackend<'_>, Option<AnyBackend<'_>>)> {
         self.idle()?;
         // Field by field (the body is borrowed mutably beside): `active_adapter`.
         let adapter = self
@@ -388,7 +387,7 @@ impl Engine {
                 .filter(|_| self.recovery_on)
                 .map(|r| &r.1))
             .map(|a| a.as_ref());
-        let draft = self.draft.as_deref_mut().map(draft_backend);
+        let draft = self.draft.as_deref_mut().map(|d| d.backend(None));
         Ok((self.body.backend(adapter), draft))
     }
 
@@ -449,7 +448,7 @@ impl Engine {
         .await?;
         drop(backend);
         if let Some(d) = self.draft.as_deref_mut() {
-            generation.prefill_draft(&mut draft_backend(d))?;
+            generation.prefill_draft(&mut d.backend(None)).await?;
         }
         generation.asked_at(asked);
         if let Some(r) = p.calls {
@@ -473,7 +472,7 @@ impl Engine {
             return self.ended_as(id);
         };
         let mut backend = self.body.backend(r.adapter.as_deref());
-        let mut draft = self.draft.as_deref_mut().map(draft_backend);
+        let mut draft = self.draft.as_deref_mut().map(|d| d.backend(None));
         let next = r
             .generation
             .next_with(&mut backend, draft.as_mut(), &self.tokenizer)
@@ -545,7 +544,7 @@ impl Engine {
         self.idle()?;
         self.body.clear();
         if let Some(d) = &mut self.draft {
-            d.state.clear();
+            d.clear();
         }
         Ok(())
     }

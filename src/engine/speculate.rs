@@ -22,7 +22,7 @@
 //! target's distribution and the same seed gives the same text with or without
 //! speculation.
 
-use super::{common_prefix, Backend, CpuBackend};
+use super::{common_prefix, Backend, Logits, Want};
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
 
@@ -75,8 +75,8 @@ impl Lookup {
 /// many tokens it ran to catch up with `history` first. Its KV cache follows the
 /// conversation: what it holds past the common prefix with `history` (guesses that
 /// were not kept) is cut, what it lacks is run.
-pub fn draft(
-    d: &mut CpuBackend,
+pub async fn draft<B: Backend>(
+    d: &mut B,
     history: &[u32],
     limit: usize,
     vocab: usize,
@@ -92,13 +92,25 @@ pub fn draft(
     let mut run = history[have..].to_vec();
     let mut guesses = Vec::with_capacity(limit);
     while guesses.len() < limit {
-        match d.greedy(&run)? {
+        match greedy(d, &run).await? {
             Some(t) if (t as usize) < vocab => guesses.push(t),
             _ => break,
         }
         run = vec![guesses[guesses.len() - 1]];
     }
     Ok((guesses, caught_up))
+}
+
+/// Runs `tokens` on a draft and returns the most likely next token: any backend
+/// drafts (the CPU's returns every logit, the GPU's its best candidate).
+pub async fn greedy<B: Backend>(d: &mut B, tokens: &[u32]) -> Result<Option<u32>> {
+    Ok(match d.forward(tokens, Want::top(1)).await? {
+        Logits::Full(l) => (0u32..)
+            .zip(l)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(t, _)| t),
+        Logits::Top(c) => c.first().map(|&(t, _)| t),
+    })
 }
 
 /// How many tokens to guess: the number that makes the most tokens per unit of time,

@@ -417,10 +417,11 @@ impl JsEngine {
         self.abort(id);
     }
 
-    /// Makes `draft` (a model loaded on the CPU backend, of this one's vocabulary)
-    /// the draft of speculative decoding: it proposes the guesses instead of prompt
-    /// lookup (`Engine::set_draft`: `BadOptions` for another vocabulary, or on the GPU
-    /// backend). `draft` is emptied either way.
+    /// Makes `draft` (a model of this one's vocabulary, on either backend) the draft
+    /// of speculative decoding: it proposes the guesses instead of prompt lookup
+    /// (`Engine::set_draft`: `BadOptions` for another vocabulary, or where this
+    /// model's backend does not check guesses in one pass). `draft` is emptied either
+    /// way. (`js/index.js` loads drafts on the CPU backend beside a CPU model.)
     #[wasm_bindgen(js_name = setDraft)]
     pub fn set_draft(&self, draft: &JsEngine) -> JsResult<()> {
         let d = draft.slot.core.borrow_mut().take();

@@ -8,7 +8,7 @@ use crate::common;
 
 use common::models_file;
 use pippin::engine::{
-    generate, generate_drafted, Backend, CpuBackend, CpuState, GenerateOptions, Logits,
+    generate, generate_drafted, AnyBackend, Backend, CpuBackend, CpuState, GenerateOptions, Logits,
     Speculation, Usage, Want,
 };
 use pippin::gguf::Gguf;
@@ -140,7 +140,7 @@ fn drafted(
     [Speculation::On, Speculation::Off].map(|speculation| {
         let (mut s, mut ds) = (CpuState::new(KvFormat::Int8), CpuState::new(KvFormat::Int8));
         let mut b = CpuBackend::new(m, &mut s, None);
-        let mut d = CpuBackend::new(draft, &mut ds, None);
+        let mut d: AnyBackend = Box::new(CpuBackend::new(draft, &mut ds, None));
         let o = GenerateOptions {
             speculation,
             ..o.clone()

@@ -3,8 +3,8 @@
 //! back after the last one used.
 
 use super::{ms_since, Decode, Generation};
+use crate::engine::backend::AnyBackend;
 use crate::engine::backend::{common_prefix, Backend, Logits, Want};
-use crate::engine::cpu::CpuBackend;
 use crate::engine::speculate::{self, Lookup};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
@@ -13,7 +13,7 @@ use web_time::Instant;
 impl Generation {
     /// Runs the prompt through the draft model too, as part of the prefill, so its
     /// first guesses do not wait for it (nothing when the reply does not speculate).
-    pub fn prefill_draft(&mut self, d: &mut CpuBackend) -> Result<()> {
+    pub async fn prefill_draft(&mut self, d: &mut AnyBackend<'_>) -> Result<()> {
         let h = &self.history;
         if self.policy.is_none() || h.len() >= d.context_length() {
             return Ok(());
@@ -22,7 +22,7 @@ impl Generation {
         let keep = common_prefix(d.tokens(), h).min(h.len() - 1);
         d.truncate(keep);
         let have = d.tokens().len().min(keep);
-        d.greedy(&h[have..])?;
+        speculate::greedy(d, &h[have..]).await?;
         self.usage.prefill_ms += ms_since(t0);
         self.started = Instant::now();
         Ok(())
@@ -35,7 +35,7 @@ impl Generation {
     pub(super) async fn speculate<B: Backend>(
         &mut self,
         backend: &mut B,
-        draft: Option<&mut CpuBackend<'_>>,
+        draft: Option<&mut AnyBackend<'_>>,
         tk: &Tokenizer,
         t: u32,
     ) -> Result<bool> {
@@ -54,7 +54,7 @@ impl Generation {
         let guesses = match draft {
             Some(d) => {
                 let started = Instant::now();
-                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size())?;
+                let (g, ran) = speculate::draft(d, &self.history, room, tk.vocab_size()).await?;
                 // A draft that caught up on more than the last check's tokens (after
                 // steps without guesses) ran a prefill: not what a guess costs.
                 if ran <= 2 && !g.is_empty() {

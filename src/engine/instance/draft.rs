@@ -3,33 +3,27 @@
 
 use super::Engine;
 use crate::engine::backend::Backend;
-use crate::engine::cpu::{CpuBackend, CpuLoaded};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
-use std::any::Any;
 
 impl Engine {
-    /// Takes `draft`'s model as the draft of speculative decoding: it proposes the
-    /// guesses instead of prompt lookup (`speculate::draft`). Refused (`BadOptions`)
-    /// for a model of another vocabulary, and while this backend does not check
-    /// guesses in one pass (the GPU's, for now).
+    /// Takes `draft`'s model, on whichever backend it was loaded, as the draft of
+    /// speculative decoding: it proposes the guesses instead of prompt lookup
+    /// (`speculate::draft`, through `LoadedModel::backend` as any backend runs).
+    /// Refused (`BadOptions`) for a model of another vocabulary, and while this
+    /// model's backend does not check guesses in one pass.
     pub fn set_draft(&mut self, draft: Engine) -> Result<()> {
         self.can_draft()?;
         same_vocabulary(&self.tokenizer, &draft.tokenizer)?;
-        match (draft.body as Box<dyn Any>).downcast::<CpuLoaded>() {
-            Ok(d) => {
-                self.draft = Some(d);
-                Ok(())
-            }
-            Err(_) => Err(Error::invalid("a draft model runs on the CPU backend")),
-        }
+        self.draft = Some(draft.body);
+        Ok(())
     }
 
     pub(super) fn can_draft(&mut self) -> Result<()> {
         self.idle()?;
         if self.body.backend(None).verifies() < 2 {
             return Err(Error::invalid(
-                "a draft model needs a backend that checks several tokens in one pass: the CPU backend (not yet the GPU's)",
+                "a draft model needs a backend that checks several tokens in one pass (this model's does not: a convolution model, or the GPU without its one-pass attention)",
             ));
         }
         Ok(())
@@ -58,9 +52,4 @@ pub(super) fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<(
         ))),
         None => Ok(()),
     }
-}
-
-/// The draft model as a backend (always the base model: a draft carries no adapter).
-pub(super) fn draft_backend(d: &mut CpuLoaded) -> CpuBackend<'_> {
-    CpuBackend::new(&d.model, &mut d.state, None)
 }
