@@ -23,7 +23,7 @@ impl Engine {
         self.idle()?;
         if self.body.backend(None).verifies() < 2 {
             return Err(Error::invalid(
-                "a draft model needs a backend that checks several tokens in one pass (this model's does not: a convolution model, or the GPU without its one-pass attention)",
+                "a draft model needs a backend that checks several tokens in one pass",
             ));
         }
         Ok(())
