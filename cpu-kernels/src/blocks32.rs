@@ -433,11 +433,14 @@ macro_rules! blocks32 {
                 }
             }
 
-            /// One block `b` (or super-block) decoded into `o`, as ggml does.
-            pub fn decode(self, b: &[u8], o: &mut [f32]) {
+            /// Whole blocks `data` decoded into `o`, as ggml does: the format chosen
+            /// once, not per block (the CPU backend decodes K-quant rows so in prefill).
+            pub fn decode(self, data: &[u8], o: &mut [f32]) {
+                let (per, bytes) = self.block();
+                let blocks = o.chunks_exact_mut(per).zip(data.chunks_exact(bytes));
                 match self {
-                    $(Format::$b => $b::decode(b, o),)*
-                    Format::K(k) => k.decode(b, o),
+                    $(Format::$b => blocks.for_each(|(o, b)| $b::decode(b, o)),)*
+                    Format::K(k) => blocks.for_each(|(o, b)| k.decode(b, o)),
                 }
             }
 

@@ -29,20 +29,23 @@ pub fn dequantize_into(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()>
             data.len()
         )));
     }
+    if let Some(f) = ty.format() {
+        f.decode(data, out);
+        return Ok(());
+    }
     let (per, bytes) = ty.block();
     let blocks = out
         .chunks_exact_mut(per as usize)
         .zip(data.chunks_exact(bytes as usize));
-    match (ty, ty.format()) {
-        (_, Some(f)) => blocks.for_each(|(o, b)| f.decode(b, o)),
-        (GgmlType::F32, _) => {
+    match ty {
+        GgmlType::F32 => {
             blocks.for_each(|(o, b)| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         }
-        (GgmlType::F16, _) => blocks.for_each(|(o, b)| o[0] = le_f16(b)),
-        (GgmlType::BF16, _) => {
+        GgmlType::F16 => blocks.for_each(|(o, b)| o[0] = le_f16(b)),
+        GgmlType::BF16 => {
             blocks.for_each(|(o, b)| o[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32())
         }
-        (other, None) => {
+        other => {
             return Err(Error::unsupported(format!(
                 "tensor type {other} cannot be decoded (supported: {})",
                 super::GgmlType::decodable()

@@ -186,16 +186,6 @@ impl<'a, M: Linear> CpuBackend<'a, M> {
         }
     }
 
-    /// Runs `tokens` and returns the most likely next token (a draft model's guess:
-    /// synchronous, no sampler).
-    pub fn greedy(&mut self, tokens: &[u32]) -> Result<Option<u32>> {
-        let logits = self.run(tokens, false)?;
-        Ok((0u32..)
-            .zip(logits)
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(t, _)| t))
-    }
-
     fn run(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
         self.state.check_team()?;
         let (config, format) = (&self.model.config, self.state.format);
