@@ -219,10 +219,11 @@ fn step_struct() -> String {
     s
 }
 
-/// How kernel `name` uses bindings 0, 1, … (`Uniform`, `Read`, `Write`), from each
-/// `@binding(i) var<…>` of its code; every index from 0 must be declared once.
-fn bindings(name: &str, code: &str) -> Vec<&'static str> {
-    let mut found: Vec<(usize, &'static str)> = Vec::new();
+/// How kernel `name` uses bindings 0, 1, … (`Uniform`, `Read`, `Write`) and what it
+/// calls them, from each `@binding(i) var<…> name` of its code; every index from 0 must
+/// be declared once.
+fn bindings(name: &str, code: &str) -> Vec<(&'static str, String)> {
+    let mut found: Vec<(usize, &'static str, String)> = Vec::new();
     for decl in code.split("@binding(").skip(1) {
         let (index, rest) = decl.split_once(')').expect("@binding(i)");
         let index: usize = index.trim().parse().expect("a binding index");
@@ -237,17 +238,23 @@ fn bindings(name: &str, code: &str) -> Vec<&'static str> {
             "storage,read_write" => "Write",
             other => panic!("{name}: binding {index} in address space {other}"),
         };
-        found.push((index, used));
+        let var = rest
+            .split_once('>')
+            .and_then(|(_, r)| r.split(':').next())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_alphanumeric() || c == '_'))
+            .unwrap_or_else(|| panic!("{name}: binding {index} has no name"));
+        found.push((index, used, var));
     }
     found.sort();
-    for (i, (index, _)) in found.iter().enumerate() {
+    for (i, (index, ..)) in found.iter().enumerate() {
         assert_eq!(i, *index, "{name}: bindings must be 0, 1, … each once");
     }
-    found.into_iter().map(|(_, u)| u).collect()
+    found.into_iter().map(|(_, u, v)| (u, v)).collect()
 }
 
 /// The generated `Shader` enum with each kernel's source and bindings.
-fn rust_table(table: &[(String, Vec<&'static str>)], includes: &[String]) -> String {
+fn rust_table(table: &[(String, Vec<(&'static str, String)>)], includes: &[String]) -> String {
     let camel = |n: &str| -> String {
         n.split('_')
             .map(|w| w[..1].to_uppercase() + &w[1..])
@@ -269,9 +276,12 @@ fn rust_table(table: &[(String, Vec<&'static str>)], includes: &[String]) -> Str
         )
         .unwrap();
     }
-    s.push_str("        }\n    }\n\n    /// How it uses each binding, in binding order (its `@binding` declarations).\n    fn bindings(self) -> &'static [Use] {\n        match self {\n");
+    s.push_str("        }\n    }\n\n    /// How it uses each binding and the binding's name, in binding order (its\n    /// `@binding` declarations).\n    fn bindings(self) -> &'static [(Use, &'static str)] {\n        match self {\n");
     for (n, uses) in table {
-        let uses: Vec<String> = uses.iter().map(|u| format!("Use::{u}")).collect();
+        let uses: Vec<String> = uses
+            .iter()
+            .map(|(u, v)| format!("(Use::{u}, \"{v}\")"))
+            .collect();
         writeln!(
             s,
             "            Shader::{} => &[{}],",

@@ -7,7 +7,7 @@
 //! `model::reference::attention`.
 
 use super::Pass;
-use super::{Groups, Shader};
+use super::{Bind, Groups, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::model::short_conv::CONV_ROLLBACK;
@@ -192,13 +192,24 @@ impl<'a> CacheIo<'a> {
         }
     }
 
-    /// Bindings 0–5 (the step's uniform of `pass` first), then `more`.
-    fn bindings<'b>(&self, pass: &Pass<'b, '_>, more: &[&'b wgpu::Buffer]) -> Vec<&'b wgpu::Buffer>
+    /// Bindings 0–5 (the step's uniform of `pass` first: `[1]`; the cache's K and V
+    /// `[slots][kv_dim]` in the format's words and their scales; the qkv rows
+    /// `[n_tokens][q | k | v]`), then `more`.
+    fn bindings<'b>(&self, pass: &Pass<'b, '_>, n_tokens: usize, more: &[Bind<'b>]) -> Vec<Bind<'b>>
     where
         'a: 'b,
     {
-        let l = self.cache;
-        let mut b = vec![pass.step, &l.k, &l.v, &l.k_scales, &l.v_scales, self.qkv];
+        let (c, l) = (self.c, self.cache);
+        let values = (l.slots * c.kv_dim()).div_ceil(self.format.per_word());
+        let scales = l.slots * self.format.scales_per_token(c.kv_dim(), c.n_kv_heads);
+        let mut b = vec![
+            Bind::from(pass.step),
+            Bind::f32s(&l.k, values),
+            Bind::f32s(&l.v, values),
+            Bind::f32s(&l.k_scales, scales),
+            Bind::f32s(&l.v_scales, scales),
+            Bind::f32s(self.qkv, n_tokens * qkv_stride(c)),
+        ];
         b.extend_from_slice(more);
         b
     }
@@ -232,8 +243,7 @@ pub fn kv_write(pass: &mut Pass, io: &CacheIo, n_tokens: usize) -> Result<()> {
         .collect();
     let pipe = k.pipe(Shader::KvWrite, &consts)?;
     let groups = [n_tokens as u32, io.c.n_kv_heads as u32, 2];
-    k.dispatch(pass, &pipe, &io.bindings(pass, &[]), groups);
-    Ok(())
+    k.dispatch(pass, &pipe, &io.bindings(pass, n_tokens, &[]), groups)
 }
 
 /// Queries per prefill workgroup (the kernel's BQ).
@@ -246,7 +256,9 @@ fn prefill_queries(c: &Config) -> u32 {
 }
 
 /// Attention of the last token over `kv_len` cached positions: flash-decoding splits,
-/// then the reduce pass. `part` holds n_heads × splits × (head_dim + 2) floats.
+/// then the reduce pass. `part` holds `[n_heads][splits][head_dim + 2]` floats for as
+/// many splits as the cache's slots make (a plan replays with more positions);
+/// `out` is `[q_dim]`.
 pub fn decode(
     pass: &mut Pass,
     io: &CacheIo,
@@ -259,24 +271,22 @@ pub fn decode(
     // attention_decode has no NH override.
     let pipe = k.pipe(Shader::AttentionDecode, &io.constants()[..9])?;
     let splits = (kv_len as u32).div_ceil(CHUNK);
+    let most = io.cache.slots.max(kv_len).div_ceil(CHUNK as usize);
+    let part = Bind::f32s(part, c.n_heads * most * (c.head_dim + 2));
     let groups = Groups::Splits(c.n_kv_heads as u32);
-    k.dispatch_groups(pass, &pipe, &io.bindings(pass, &[part]), groups, splits);
+    k.dispatch_groups(pass, &pipe, &io.bindings(pass, 1, &[part]), groups, splits)?;
     let reduce = k.pipe(
         Shader::AttentionReduce,
         &[("HD", c.head_dim as f64), ("NH", c.n_heads as f64)],
     )?;
-    k.dispatch(
-        pass,
-        &reduce,
-        &[pass.step, part, out],
-        [c.n_heads as u32, 1, 1],
-    );
-    Ok(())
+    let bufs = [pass.step.into(), part, Bind::f32s(out, c.q_dim())];
+    k.dispatch(pass, &reduce, &bufs, [c.n_heads as u32, 1, 1])
 }
 
 /// The last token's attention in one dispatch: QK-norm (with `qk_norm`: q's weights
 /// then k's), RoPE from `table`, its key and value into the cache, attention over
-/// every visible position. `qkv` holds the token's raw (unrotated) row.
+/// every visible position. `qkv` holds the token's raw (unrotated) row; `out` is
+/// `[q_dim]`, `table` the RoPE table, `qk_norm` `[2][head_dim]`.
 pub fn decode_fused(
     pass: &mut Pass,
     io: &CacheIo,
@@ -293,22 +303,23 @@ pub fn decode_fused(
         ("EPS", c.rms_eps as f64),
     ]);
     let pipe = k.pipe(Shader::AttentionDecodeFused, &consts)?;
-    let bufs = io.bindings(pass, &[out, table, qk_norm.unwrap_or(table)]);
-    k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, 1, 1]);
-    Ok(())
+    let norm = match qk_norm {
+        Some(w) => Bind::f32s(w, 2 * c.head_dim),
+        None => table.into(),
+    };
+    let more = [Bind::f32s(out, c.q_dim()), table.into(), norm];
+    let bufs = io.bindings(pass, 1, &more);
+    k.dispatch(pass, &pipe, &bufs, [c.n_kv_heads as u32, 1, 1])
 }
 
-/// Causal attention of `n_tokens` new tokens over the cache (prefix and themselves).
+/// Causal attention of `n_tokens` new tokens over the cache (prefix and themselves)
+/// into `out`, `[n_tokens][q_dim]`.
 pub fn prefill(pass: &mut Pass, io: &CacheIo, out: &wgpu::Buffer, n_tokens: usize) -> Result<()> {
     let k = pass.kernels;
     let c = io.c;
     let pipe = k.pipe(Shader::AttentionPrefill, &io.constants())?;
     let x = (n_tokens as u32).div_ceil(prefill_queries(c));
-    k.dispatch(
-        pass,
-        &pipe,
-        &io.bindings(pass, &[out]),
-        [x, c.n_heads as u32, 1],
-    );
-    Ok(())
+    let more = [Bind::f32s(out, n_tokens * c.q_dim())];
+    let bufs = io.bindings(pass, n_tokens, &more);
+    k.dispatch(pass, &pipe, &bufs, [x, c.n_heads as u32, 1])
 }

@@ -3,7 +3,7 @@
 //! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 
 use super::Pass;
-use super::{grid, Shader};
+use super::{grid, Bind, Shader};
 use crate::error::Result;
 use crate::model::{Activation, Config, RopeStyle};
 
@@ -16,7 +16,7 @@ pub struct NormOut {
 }
 
 /// y[row] (+)= rmsnorm(x[row]) · w for each token (or, with `last_only`, the last
-/// token into row 0).
+/// token into row 0): x and y `[rows][len]`, w `[len]`.
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     pass: &mut Pass,
@@ -38,13 +38,14 @@ pub fn rmsnorm(
             ("ACCUMULATE", out.accumulate as u32 as f64),
         ],
     )?;
-    k.dispatch(
-        pass,
-        &pipe,
-        &[step, w, x, y],
-        [if out.last_only { 1 } else { rows as u32 }, 1, 1],
-    );
-    Ok(())
+    let written = if out.last_only { 1 } else { rows };
+    let bufs = [
+        step.into(),
+        Bind::f32s(w, len),
+        Bind::f32s(x, rows * len),
+        Bind::f32s(y, written * len),
+    ];
+    k.dispatch(pass, &pipe, &bufs, [written as u32, 1, 1])
 }
 
 /// (cos, sin) of every position × rotated pair, computed on the CPU as the reference
@@ -85,13 +86,19 @@ pub fn rope(
     ];
     consts.extend(rope_constants(c, rotate));
     let pipe = k.pipe(Shader::Rope, &consts)?;
-    k.dispatch(
-        pass,
-        &pipe,
-        &[step, table, qkv, qk_norm.unwrap_or(table)],
-        [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1],
-    );
-    Ok(())
+    let norm = match qk_norm {
+        Some(w) => Bind::f32s(w, 2 * c.head_dim),
+        None => table.into(),
+    };
+    let stride = c.q_dim() + 2 * c.kv_dim();
+    let bufs = [
+        step.into(),
+        table.into(),
+        Bind::f32s(qkv, n_tokens * stride),
+        norm,
+    ];
+    let groups = [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1];
+    k.dispatch(pass, &pipe, &bufs, groups)
 }
 
 /// y[t·stride + i] += scale · bias[i] for i < `bias`'s `width` floats, for each of the
@@ -112,8 +119,12 @@ pub fn bias_add(
     ];
     let pipe = k.pipe(Shader::BiasAdd, &consts)?;
     let groups = ((n_tokens * width) as u32).div_ceil(256);
-    k.dispatch(pass, &pipe, &[step, bias, y], grid(groups));
-    Ok(())
+    let bufs = [
+        step.into(),
+        Bind::f32s(bias, width),
+        Bind::rows(y, n_tokens, stride, 0, width),
+    ];
+    k.dispatch(pass, &pipe, &bufs, grid(groups))
 }
 
 /// The `HALF` (rotated pairs), `STYLE` and `ROTATE` constants of the kernels that
@@ -127,7 +138,7 @@ pub fn rope_constants(c: &Config, rotate: bool) -> [(&'static str, f64); 3] {
     ]
 }
 
-/// a = act(gate) · up from [gate | up] rows.
+/// a = act(gate) · up from `[n_tokens][gate | up]` rows into `[n_tokens][ffn]`.
 #[allow(clippy::too_many_arguments)]
 pub fn glu(
     pass: &mut Pass,
@@ -140,11 +151,15 @@ pub fn glu(
     let (k, step) = (pass.kernels, pass.step);
     let act = act as u32 as f64;
     let pipe = k.pipe(Shader::Glu, &[("F", ffn as f64), ("ACT", act)])?;
+    let bufs = [
+        step.into(),
+        Bind::f32s(gu, n_tokens * 2 * ffn),
+        Bind::f32s(a, n_tokens * ffn),
+    ];
     k.dispatch(
         pass,
         &pipe,
-        &[step, gu, a],
+        &bufs,
         grid(((n_tokens * ffn) as u32).div_ceil(256)),
-    );
-    Ok(())
+    )
 }

@@ -3,7 +3,7 @@
 //! `quant::gpu_layout`. CPU reference: dequantize, then `model::reference::matmul`.
 
 use super::Pass;
-use super::{grid, Shader};
+use super::{grid, Bind, Shader};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::quant::gpu_layout::{self, GpuFormat};
@@ -358,6 +358,17 @@ pub struct Io<'a> {
 }
 
 impl<'a> Io<'a> {
+    /// The x rows `[n_tokens][x_stride]` a matmul of `cols` inputs reads.
+    fn x_bind(&self, n_tokens: usize, cols: usize) -> Bind<'a> {
+        Bind::rows(self.x, n_tokens, self.x_stride, 0, cols)
+    }
+
+    /// The y rows `[n_tokens][y_stride]` a matmul of `rows` outputs writes (from
+    /// `y_offset`).
+    fn y_bind(&self, n_tokens: usize, rows: usize) -> Bind<'a> {
+        Bind::rows(self.y, n_tokens, self.y_stride, self.y_offset, rows)
+    }
+
     /// y = W·x, token rows of `x_stride` and `y_stride` floats, written as they are
     /// (no offset, scale or cap; not added): set what differs on top.
     pub fn new(
@@ -422,12 +433,16 @@ pub fn gemv(pass: &mut Pass, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<
         let consts = [&matrix_constants(m)[..], &epilogue_constants(io), &own].concat();
         let pipe = k.pipe(shader, &consts)?;
         let groups = (p.rows as u32).div_ceil(256 / per_row);
-        k.dispatch(
-            pass,
-            &pipe,
-            &[step, &p.qs, &p.scales, io.x, io.y, &p.span],
-            grid(groups),
-        );
+        let (x, y) = (io.x_bind(n_tokens, m.cols), io.y_bind(n_tokens, m.rows));
+        let bufs = [
+            step.into(),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            x,
+            y,
+            (&p.span).into(),
+        ];
+        k.dispatch(pass, &pipe, &bufs, grid(groups))?;
     }
     Ok(())
 }
@@ -504,21 +519,26 @@ pub fn norm_gemv(
         let consts = [&matrix_constants(m)[..], &epilogue_constants(io), &own].concat();
         let pipe = k.pipe(Shader::NormMatmulGemv, &consts)?;
         let groups = (rows as u32).div_ceil(256 / tpr);
-        k.dispatch(
-            pass,
-            &pipe,
-            &[
-                step,
-                &p.qs,
-                &p.scales,
-                io.x,
-                io.y,
-                norm.weights,
-                norm.normed,
-                &p.span,
-            ],
-            grid(groups),
-        );
+        let out_rows = if norm.glu.is_some() {
+            m.rows / 2
+        } else {
+            m.rows
+        };
+        let normed = match norm.write_normed {
+            true => Bind::rows(norm.normed, n_tokens, io.x_stride, 0, m.cols),
+            false => norm.normed.into(),
+        };
+        let bufs = [
+            step.into(),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            io.x_bind(n_tokens, m.cols),
+            io.y_bind(n_tokens, out_rows),
+            Bind::f32s(norm.weights, m.cols),
+            normed,
+            (&p.span).into(),
+        ];
+        k.dispatch(pass, &pipe, &bufs, grid(groups))?;
     }
     Ok(())
 }
@@ -535,12 +555,13 @@ pub fn naive(pass: &mut Pass, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer)
     for p in &m.parts {
         let consts = [&matrix_constants(m)[..], &[("N", p.rows as f64)]].concat();
         let pipe = k.pipe(Shader::MatmulNaive, &consts)?;
-        k.dispatch(
-            pass,
-            &pipe,
-            &[x, &p.qs, &p.scales, y],
-            grid((p.rows as u32).div_ceil(64)),
-        );
+        let bufs = [
+            Bind::f32s(x, m.cols),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            Bind::f32s(y, p.rows),
+        ];
+        k.dispatch(pass, &pipe, &bufs, grid((p.rows as u32).div_ceil(64)))?;
     }
     Ok(())
 }
@@ -588,8 +609,16 @@ pub fn gemm(pass: &mut Pass, rowwise: bool, m: &GpuMatrix, io: &Io, n_tokens: us
             (true, [gx, gy, _]) => [gx, gy, t],
             (false, _) => [rows.div_ceil(64), t, 1],
         };
-        let buffers = [step, &p.qs, &p.scales, io.x, io.y, &p.span];
-        k.dispatch(pass, &pipe, &buffers, groups);
+        let (x, y) = (io.x_bind(n_tokens, m.cols), io.y_bind(n_tokens, m.rows));
+        let bufs = [
+            step.into(),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            x,
+            y,
+            (&p.span).into(),
+        ];
+        k.dispatch(pass, &pipe, &bufs, groups)?;
     }
     Ok(())
 }
@@ -626,12 +655,15 @@ pub fn embed(
                 ("SCALE", scale as f64),
             ],
         )?;
-        k.dispatch(
-            pass,
-            &pipe,
-            &[step, &p.qs, &p.scales, tokens, out, &p.span],
-            [n_tokens as u32, 1, 1],
-        );
+        let bufs = [
+            step.into(),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            Bind::f32s(tokens, n_tokens),
+            Bind::f32s(out, n_tokens * table.cols),
+            (&p.span).into(),
+        ];
+        k.dispatch(pass, &pipe, &bufs, [n_tokens as u32, 1, 1])?;
     }
     Ok(())
 }

@@ -58,6 +58,55 @@ enum Use {
 pub struct Pipe {
     pub pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
+    /// Whose pipeline it is (errors name the kernel and its bindings).
+    shader: Shader,
+}
+
+/// A buffer a launch binds, and the bytes the launch's shapes reach in it: checked
+/// against the buffer's size when the dispatch is recorded (a plan replays what was
+/// checked), so a launcher given a buffer too small for its shapes fails with an
+/// error naming the kernel and the binding instead of reading or writing past it.
+#[derive(Clone, Copy)]
+pub struct Bind<'a> {
+    pub buf: &'a wgpu::Buffer,
+    /// Bytes from the start the launch can touch (0: its shapes do not bound it, as
+    /// for the step's uniform, which every step kernel binds whole).
+    pub reach: u64,
+}
+
+impl<'a> Bind<'a> {
+    /// `n` f32 (or u32) values.
+    pub fn f32s(buf: &'a wgpu::Buffer, n: usize) -> Self {
+        Bind {
+            buf,
+            reach: 4 * n as u64,
+        }
+    }
+
+    /// `n` bytes.
+    pub fn bytes(buf: &'a wgpu::Buffer, n: u64) -> Self {
+        Bind { buf, reach: n }
+    }
+
+    /// Rows of `width` values at `stride` for `rows` tokens, the first at `offset`:
+    /// up to the last row's end.
+    pub fn rows(
+        buf: &'a wgpu::Buffer,
+        rows: usize,
+        stride: usize,
+        offset: usize,
+        width: usize,
+    ) -> Self {
+        let last = rows.saturating_sub(1) * stride;
+        Self::f32s(buf, last + offset + width)
+    }
+}
+
+impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
+    /// A buffer the launch's shapes do not bound (a uniform, a matrix's own parts).
+    fn from(buf: &'a wgpu::Buffer) -> Self {
+        Bind { buf, reach: 0 }
+    }
 }
 
 struct Module {
@@ -128,6 +177,9 @@ pub struct Pass<'a, 'e> {
     pub step: &'a wgpu::Buffer,
     inner: &'a mut wgpu::ComputePass<'e>,
     plan: Option<&'a mut Vec<Recorded>>,
+    /// Whether bindings are checked against the launches' shapes: not on a shadow
+    /// device, whose buffers are placeholders (`Gpu::shadow`).
+    checked: bool,
 }
 
 impl<'a, 'e> Pass<'a, 'e> {
@@ -142,6 +194,7 @@ impl<'a, 'e> Pass<'a, 'e> {
             step,
             inner,
             plan: None,
+            checked: true,
         }
     }
 }
@@ -265,9 +318,11 @@ impl Kernels {
 
     /// Runs `f`, which encodes dispatches for the step in `step` into a pass, and
     /// keeps them as a `Plan`. The pass `f` gets is a throwaway one (its commands are
-    /// never submitted).
+    /// never submitted). `on` is the device the buffers are on: a shadow's
+    /// placeholders are not checked against the launches' shapes.
     pub fn record(
         &self,
+        on: &Gpu,
         step: &wgpu::Buffer,
         f: impl FnOnce(&mut Pass) -> Result<()>,
     ) -> Result<Plan> {
@@ -279,6 +334,7 @@ impl Kernels {
             step,
             inner: &mut pass,
             plan: Some(&mut steps),
+            checked: !on.is_shadow(),
         })?;
         Ok(Plan { steps })
     }
@@ -301,7 +357,7 @@ impl Kernels {
             .bindings()
             .iter()
             .enumerate()
-            .map(|(i, u)| wgpu::BindGroupLayoutEntry {
+            .map(|(i, (u, _))| wgpu::BindGroupLayoutEntry {
                 binding: i as u32,
                 visibility: wgpu::ShaderStages::COMPUTE,
                 ty: wgpu::BindingType::Buffer {
@@ -372,6 +428,7 @@ impl Kernels {
         let pipe = Arc::new(Pipe {
             pipeline,
             layout: m.layout.clone(),
+            shader,
         });
         self.pipes
             .lock()
@@ -380,15 +437,16 @@ impl Kernels {
         Ok(pipe)
     }
 
-    /// Records one dispatch: binding i is `buffers[i]`.
+    /// Records one dispatch: binding i is `buffers[i]`, each checked to hold what the
+    /// launch reaches in it.
     pub fn dispatch(
         &self,
         pass: &mut Pass,
         pipe: &Pipe,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[Bind],
         groups: [u32; 3],
-    ) {
-        self.dispatch_groups(pass, pipe, buffers, Groups::Fixed(groups), groups[1]);
+    ) -> Result<()> {
+        self.dispatch_groups(pass, pipe, buffers, Groups::Fixed(groups), groups[1])
     }
 
     /// As `dispatch`, with workgroups a plan may size at replay (`y` is what they are
@@ -397,16 +455,19 @@ impl Kernels {
         &self,
         pass: &mut Pass,
         pipe: &Pipe,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[Bind],
         groups: Groups,
         y: u32,
-    ) {
+    ) -> Result<()> {
+        if pass.checked {
+            check_bindings(pipe.shader, buffers)?;
+        }
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
             .enumerate()
             .map(|(i, b)| wgpu::BindGroupEntry {
                 binding: i as u32,
-                resource: b.as_entire_binding(),
+                resource: b.buf.as_entire_binding(),
             })
             .collect();
         let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -429,7 +490,30 @@ impl Kernels {
         pass.inner.set_pipeline(&pipe.pipeline);
         pass.inner.set_bind_group(0, &bg, &[]);
         pass.inner.dispatch_workgroups(x, y, z);
+        Ok(())
     }
+}
+
+/// One buffer per binding of `shader`, each as large as the launch reaches.
+fn check_bindings(shader: Shader, buffers: &[Bind]) -> Result<()> {
+    let decl = shader.bindings();
+    if buffers.len() != decl.len() {
+        return Err(Error::internal(format!(
+            "kernel {shader:?}: {} buffers bound to its {} bindings",
+            buffers.len(),
+            decl.len()
+        )));
+    }
+    for (i, (b, (_, name))) in buffers.iter().zip(decl).enumerate() {
+        if b.buf.size() < b.reach {
+            return Err(Error::internal(format!(
+                "kernel {shader:?}: binding {i} ({name}) holds {} bytes, its shapes reach {}",
+                b.buf.size(),
+                b.reach
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Workgroups for `n` as (x, y) under the 65,535-per-dimension limit.

@@ -4,7 +4,7 @@
 //! CPU reference: `sampler`.
 
 use super::Pass;
-use super::Shader;
+use super::{Bind, Shader};
 use crate::error::Result;
 use crate::gpu::Gpu;
 
@@ -72,10 +72,18 @@ impl TopK {
     pub fn encode(&self, pass: &mut Pass, logits: &wgpu::Buffer) -> Result<()> {
         let chunks = self.vocab.div_ceil(CH);
         // Stage 1: each chunk of CH logits keeps its MAX_K largest; stage 2 merges them.
-        let first = [logits, &self.dummy, &self.stage1];
-        self.stage(pass, true, (self.vocab, CH), first, chunks)?;
         let n2 = chunks * MAX_K;
-        let second = [&self.dummy, &self.stage1, &self.out];
+        let first = [
+            Bind::f32s(logits, self.vocab),
+            (&self.dummy).into(),
+            Bind::f32s(&self.stage1, 2 * n2),
+        ];
+        self.stage(pass, true, (self.vocab, CH), first, chunks)?;
+        let second = [
+            (&self.dummy).into(),
+            Bind::f32s(&self.stage1, 2 * n2),
+            Bind::f32s(&self.out, 2 * MAX_K),
+        ];
         self.stage(pass, false, (n2, n2), second, 1)
     }
 
@@ -86,7 +94,7 @@ impl TopK {
         pass: &mut Pass,
         first: bool,
         (n, ch): (usize, usize),
-        io: [&wgpu::Buffer; 3],
+        io: [Bind; 3],
         groups: usize,
     ) -> Result<()> {
         let (k, step) = (pass.kernels, pass.step);
@@ -98,13 +106,13 @@ impl TopK {
         ];
         let p = k.pipe(Shader::TopK, &constants)?;
         let [a, b, c] = io;
+        let mask = Bind::f32s(&self.mask, mask_words(self.vocab));
         k.dispatch(
             pass,
             &p,
-            &[step, a, b, c, &self.mask],
+            &[step.into(), a, b, c, mask],
             [groups as u32, 1, 1],
-        );
-        Ok(())
+        )
     }
 }
 
@@ -137,8 +145,13 @@ pub fn penalty(
 ) -> Result<()> {
     let (k, step) = (pass.kernels, pass.step);
     let pipe = k.pipe(Shader::Penalty, &[])?;
-    k.dispatch(pass, &pipe, &[step, ids, logits, tokens], [1, 1, 1]);
-    Ok(())
+    let bufs = [
+        step.into(),
+        ids.into(),
+        logits.into(),
+        Bind::f32s(tokens, 1),
+    ];
+    k.dispatch(pass, &pipe, &bufs, [1, 1, 1])
 }
 
 impl TopK {
@@ -150,7 +163,11 @@ impl TopK {
             Shader::Choose,
             &[("VOCAB", self.vocab as f64), ("MAX_K", MAX_K as f64)],
         )?;
-        k.dispatch(pass, &pipe, &[step, &self.out, tokens], [1, 1, 1]);
-        Ok(())
+        let bufs = [
+            step.into(),
+            Bind::f32s(&self.out, 2 * MAX_K),
+            Bind::f32s(tokens, 1),
+        ];
+        k.dispatch(pass, &pipe, &bufs, [1, 1, 1])
     }
 }

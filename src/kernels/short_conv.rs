@@ -2,7 +2,7 @@
 //! layer's state in a ring of B ⊙ x rows. CPU reference: `model::short_conv::ConvState::gated`.
 
 use super::Pass;
-use super::{grid, Shader};
+use super::{grid, Bind, Shader};
 use crate::error::Result;
 
 /// Where a step's convolution reads and writes.
@@ -21,7 +21,12 @@ pub struct ConvIo<'a> {
 
 /// y = C ⊙ conv(B ⊙ x) for the step's `n_tokens` at `pos0` (the step uniform), the
 /// state read for earlier positions and written for these.
-pub fn short_conv(pass: &mut Pass, hidden: usize, taps: usize, io: &ConvIo) -> Result<()> {
+pub fn short_conv(
+    pass: &mut Pass,
+    (hidden, taps): (usize, usize),
+    io: &ConvIo,
+    n_tokens: usize,
+) -> Result<()> {
     let (k, step) = (pass.kernels, pass.step);
     let consts = [
         ("H", hidden as f64),
@@ -30,7 +35,12 @@ pub fn short_conv(pass: &mut Pass, hidden: usize, taps: usize, io: &ConvIo) -> R
         ("SLOTS", io.slots as f64),
     ];
     let pipe = k.pipe(Shader::ShortConv, &consts)?;
-    let bufs = [step, io.bcx, io.taps, io.state, io.y];
-    k.dispatch(pass, &pipe, &bufs, grid((hidden as u32).div_ceil(64)));
-    Ok(())
+    let bufs = [
+        step.into(),
+        Bind::rows(io.bcx, n_tokens, io.stride, 0, 3 * hidden),
+        Bind::f32s(io.taps, hidden * taps),
+        Bind::f32s(io.state, io.slots * hidden),
+        Bind::f32s(io.y, n_tokens * hidden),
+    ];
+    k.dispatch(pass, &pipe, &bufs, grid((hidden as u32).div_ceil(64)))
 }

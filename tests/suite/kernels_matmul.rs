@@ -655,3 +655,44 @@ fn slices_out_of_order_or_missing_are_errors() {
     );
     assert!(w.finish().is_err(), "rows 2..6 were never written");
 }
+
+/// A launch given a buffer smaller than its shapes reach fails when it is recorded,
+/// naming the kernel and the binding, and records nothing: the GPU never reads or
+/// writes past the buffer, and what was bound stays usable.
+#[test]
+fn buffers_too_small_for_the_shapes_are_refused_by_name() {
+    let c = ctx();
+    let (rows, cols) = (37, 96);
+    let w = values(rows * cols, 7);
+    let (packed, _) = packed_as(Ggml(GgmlType::Q8_0), &w, rows, cols);
+    let m = GpuMatrix::from_packed(&c.gpu, "w", packed, rows, cols).unwrap();
+    let (x, step) = (c.buf(&values(2 * cols, 8)), c.step(2, 0));
+    let record = |y: &wgpu::Buffer, n: usize| {
+        let mut out = None;
+        c.run(&step, |p| {
+            out = Some(matmul::matmul(p, &m, &Io::new((&x, cols), (y, rows)), n))
+        });
+        out.unwrap()
+    };
+    let short = c.zeros(rows - 1);
+    let e = record(&short, 1).unwrap_err().to_string();
+    assert!(e.contains("MatmulGemv") && e.contains("(y)"), "{e}");
+    assert!(e.contains(&format!("holds {}", short.size())), "{e}");
+    // One token fits where two do not: the reach follows the token count.
+    let one = c.zeros(rows);
+    record(&one, 1).unwrap();
+    let e = record(&one, 2).unwrap_err().to_string();
+    assert!(
+        e.contains("(y)") && e.contains(&format!("reach {}", 4 * (rows + rows))),
+        "{e}"
+    );
+    // x too short for the second token's row.
+    let (x1, y2) = (c.buf(&values(cols, 9)), c.zeros(2 * rows));
+    let mut out = None;
+    c.run(&step, |p| {
+        let io = Io::new((&x1, cols), (&y2, rows));
+        out = Some(matmul::matmul(p, &m, &io, 2));
+    });
+    let e = out.unwrap().unwrap_err().to_string();
+    assert!(e.contains("(x)"), "{e}");
+}

@@ -123,7 +123,7 @@ impl GpuSession {
         let total = self.plan(m, adapter, Shape::Step)?.0.len();
         let outside = m
             .kernels
-            .record(&self.b.step, |pass| {
+            .record(&m.gpu, &self.b.step, |pass| {
                 matmul::embed(pass, &m.embed, &self.b.tokens, &self.b.x, 1, 1.0)?;
                 self.encode_head(m, pass, 1, false)?;
                 self.encode_pick(pass)
@@ -138,7 +138,7 @@ impl GpuSession {
     /// plans).
     pub fn warm(&mut self, m: &GpuModel) -> Result<()> {
         let n = self.opts.chunk;
-        m.kernels.record(&self.b.step, |pass| {
+        m.kernels.record(&m.gpu, &self.b.step, |pass| {
             self.encode_layers(m, None, pass, n, 0)?;
             self.encode_head(m, pass, n, false)
         })?;
@@ -177,19 +177,19 @@ impl GpuSession {
                     } else {
                         0
                     };
-                    let mut plan = m.kernels.record(&self.b.step, |pass| {
+                    let mut plan = m.kernels.record(&m.gpu, &self.b.step, |pass| {
                         self.encode_layers(m, adapter, pass, 1, at)?;
                         self.encode_head(m, pass, 1, false)
                     })?;
                     let body = plan.len();
                     plan.extend(
                         m.kernels
-                            .record(&self.b.step, |pass| self.encode_pick(pass))?,
+                            .record(&m.gpu, &self.b.step, |pass| self.encode_pick(pass))?,
                     );
                     (plan, body)
                 }
                 Shape::Check(n) => {
-                    let plan = m.kernels.record(&self.b.step, |pass| {
+                    let plan = m.kernels.record(&m.gpu, &self.b.step, |pass| {
                         self.encode_layers(m, adapter, pass, n, 0)?;
                         self.encode_head(m, pass, n, true)
                     })?;

@@ -108,7 +108,7 @@ pub async fn short_conv(c: &Ctx, shape: (usize, usize, usize, usize), steps: &[u
             y: &yb,
         };
         c.run(&step, |p| {
-            short_conv::short_conv(p, hidden, taps, &io).expect("short_conv")
+            short_conv::short_conv(p, (hidden, taps), &io, n).expect("short_conv")
         });
         let want = want_state.gated(0, pos0, &bcx, stride, &tap_w, taps);
         assert_close(

@@ -374,7 +374,7 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
     /// dispatches for one token with the projections around it.
     fn short_conv(&mut self, bcx: Val<'s>) -> Result<Val<'s>> {
         self.mixer_inputs(bcx)?;
-        let LayerAt { m, l, .. } = self.at;
+        let LayerAt { m, l, n, .. } = self.at;
         let (c, b, w) = (&m.config, &self.s.b, self.layer());
         let taps = w
             .conv
@@ -389,7 +389,7 @@ impl<'s> LayerOps for GpuLayerOps<'s, '_, '_, '_> {
             slots,
             y: &b.att,
         };
-        short_conv::short_conv(self.pass, c.hidden, c.conv_taps, &io)?;
+        short_conv::short_conv(self.pass, (c.hidden, c.conv_taps), &io, n)?;
         Ok(Val::In(Input::Rows(&b.att, c.hidden)))
     }
 
