@@ -117,7 +117,7 @@ test("speculative decoding on WebGPU: a copying reply is the same text with and 
     const m = await Pippin.load(url, { cache: false, backend: "webgpu", maxContext: 512 });
     async function reply(speculation) {
       let text = "", end;
-      for await (const c of m.chat(chat, { maxTokens: 16, speculation })) c.done ? (end = c) : (text += c.text);
+      for await (const c of m.chat(chat, { maxTokens: 12, speculation })) c.done ? (end = c) : (text += c.text);
       return { text, usage: end.usage };
     }
     try {

@@ -369,6 +369,29 @@ impl<'a> Io<'a> {
         Bind::rows(self.y, n_tokens, self.y_stride, self.y_offset, rows)
     }
 
+    /// A GEMV's or GEMM's bindings for part `p` of `m`: the step, the part's words,
+    /// scales and span, x and y.
+    fn part_binds<'b>(
+        &self,
+        step: &'b wgpu::Buffer,
+        p: &'b Part,
+        m: &GpuMatrix,
+        n: usize,
+    ) -> [Bind<'b>; 6]
+    where
+        'a: 'b,
+    {
+        let (x, y) = (self.x_bind(n, m.cols), self.y_bind(n, m.rows));
+        [
+            step.into(),
+            (&p.qs).into(),
+            (&p.scales).into(),
+            x,
+            y,
+            (&p.span).into(),
+        ]
+    }
+
     /// y = W·x, token rows of `x_stride` and `y_stride` floats, written as they are
     /// (no offset, scale or cap; not added): set what differs on top.
     pub fn new(
@@ -433,15 +456,7 @@ pub fn gemv(pass: &mut Pass, m: &GpuMatrix, io: &Io, n_tokens: usize) -> Result<
         let consts = [&matrix_constants(m)[..], &epilogue_constants(io), &own].concat();
         let pipe = k.pipe(shader, &consts)?;
         let groups = (p.rows as u32).div_ceil(256 / per_row);
-        let (x, y) = (io.x_bind(n_tokens, m.cols), io.y_bind(n_tokens, m.rows));
-        let bufs = [
-            step.into(),
-            (&p.qs).into(),
-            (&p.scales).into(),
-            x,
-            y,
-            (&p.span).into(),
-        ];
+        let bufs = io.part_binds(step, p, m, n_tokens);
         k.dispatch(pass, &pipe, &bufs, grid(groups))?;
     }
     Ok(())
@@ -609,15 +624,7 @@ pub fn gemm(pass: &mut Pass, rowwise: bool, m: &GpuMatrix, io: &Io, n_tokens: us
             (true, [gx, gy, _]) => [gx, gy, t],
             (false, _) => [rows.div_ceil(64), t, 1],
         };
-        let (x, y) = (io.x_bind(n_tokens, m.cols), io.y_bind(n_tokens, m.rows));
-        let bufs = [
-            step.into(),
-            (&p.qs).into(),
-            (&p.scales).into(),
-            x,
-            y,
-            (&p.span).into(),
-        ];
+        let bufs = io.part_binds(step, p, m, n_tokens);
         k.dispatch(pass, &pipe, &bufs, groups)?;
     }
     Ok(())
