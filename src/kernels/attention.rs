@@ -164,7 +164,8 @@ impl CacheSize {
     }
 }
 
-fn qkv_stride(c: &Config) -> usize {
+/// Floats per token in the qkv rows: Q|K|V side by side.
+pub(super) fn qkv_stride(c: &Config) -> usize {
     c.q_dim() + 2 * c.kv_dim()
 }
 

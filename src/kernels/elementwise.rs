@@ -2,6 +2,7 @@
 //! gated MLP's activation (`glu.wgsl`: SwiGLU or GeGLU) and biases (`bias_add.wgsl`).
 //! CPU references: `model::reference::{rmsnorm, rope, glu, add_rows}`.
 
+use super::attention::qkv_stride;
 use super::Pass;
 use super::{grid, Bind, Shader};
 use crate::error::Result;
@@ -80,7 +81,7 @@ pub fn rope(
     let mut consts = vec![
         ("HD", c.head_dim as f64),
         ("NH", c.n_heads as f64),
-        ("QKV_STRIDE", (c.q_dim() + 2 * c.kv_dim()) as f64),
+        ("QKV_STRIDE", qkv_stride(c) as f64),
         ("QK_NORM", qk_norm.is_some() as u32 as f64),
         ("EPS", c.rms_eps as f64),
     ];
@@ -90,11 +91,10 @@ pub fn rope(
         Some(w) => Bind::f32s(w, 2 * c.head_dim),
         None => table.into(),
     };
-    let stride = c.q_dim() + 2 * c.kv_dim();
     let bufs = [
         step.into(),
         table.into(),
-        Bind::f32s(qkv, n_tokens * stride),
+        Bind::f32s(qkv, n_tokens * qkv_stride(c)),
         norm,
     ];
     let groups = [n_tokens as u32, (c.n_heads + c.n_kv_heads) as u32, 1];

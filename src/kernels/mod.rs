@@ -83,11 +83,6 @@ impl<'a> Bind<'a> {
         }
     }
 
-    /// `n` bytes.
-    pub fn bytes(buf: &'a wgpu::Buffer, n: u64) -> Self {
-        Bind { buf, reach: n }
-    }
-
     /// Rows of `width` values at `stride` for `rows` tokens, the first at `offset`:
     /// up to the last row's end.
     pub fn rows(
